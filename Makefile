@@ -1,0 +1,34 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Each sets up what it needs.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+export HORUS_HOME ?= $(CURDIR)/.horus
+export AIRFLOW_HOME ?= $(HORUS_HOME)/airflow
+export AIRFLOW__CORE__DAGS_FOLDER ?= $(CURDIR)/dags
+export AIRFLOW__CORE__LOAD_EXAMPLES ?= False
+export MLFLOW_DISABLE_TELEMETRY ?= true
+
+.PHONY: install demo test clean
+
+install: $(STAMP)
+
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -r requirements.txt
+	$(BIN)/pip install --quiet --no-deps -e .
+	touch $(STAMP)
+
+# Without an NVIDIA GPU the demo declares two A100s for placement; the jobs then train on the CPU.
+demo: export HORUS_LOCAL_GPUS ?= 2xa100-80gb
+demo: $(STAMP)
+	$(BIN)/horus demo --dags-folder dags
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -ra $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(HORUS_HOME) .pytest_cache

@@ -1,0 +1,3 @@
+"""Horus for Airflow: interference-aware GPU placement of training tasks launched from Airflow."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,65 @@
+"""What every backend offers the operator, and the place-then-reserve loop they share."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, replace
+from typing import Callable, Protocol
+
+from horus_airflow.backends.ledger import Reservation
+from horus_airflow.errors import LedgerConflictError, NoPlacementError
+from horus_airflow.placement import ClusterState, Decision, Profile, place
+from horus_airflow.predictor.demand import Demand
+
+log = logging.getLogger(__name__)
+
+
+class Backend(Protocol):
+    def snapshot(self) -> ClusterState: ...
+
+    def reserve(self, decision: Decision, demand: Demand, owner: str) -> Reservation: ...
+
+    def release(self, reservation: Reservation) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Acquired:
+    decision: Decision
+    reservation: Reservation
+    conflicts: int
+
+
+def acquire(
+    backend: Backend,
+    demand: Demand,
+    profile: Profile,
+    owner: str,
+    timeout_s: float,
+    poll_s: float = 2.0,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Acquired:
+    """Place and reserve, re-deciding on ledger conflicts and waiting while the GPUs are busy.
+
+    A job that could not fit even on an idle cluster fails at once instead of waiting.
+    """
+    deadline = clock() + timeout_s
+    conflicts = 0
+    while True:
+        state = backend.snapshot()
+        decision = place(demand, state, profile)
+        if decision.placed:
+            try:
+                return Acquired(decision, backend.reserve(decision, demand, owner), conflicts)
+            except LedgerConflictError as exc:
+                conflicts += 1
+                log.info("ledger conflict (%s), deciding again", exc)
+                continue
+        idle = ClusterState(tuple(replace(gpu, residents=()) for gpu in state.gpus), state.version)
+        if not place(demand, idle, profile).placed:
+            raise NoPlacementError(f"job {demand.job_id} cannot fit even on idle GPUs: {decision.reason}")
+        if clock() >= deadline:
+            raise NoPlacementError(f"job {demand.job_id} not placed within {timeout_s:.0f} s: {decision.reason}")
+        log.info("waiting for a GPU: %s", decision.reason)
+        sleep(poll_s)

@@ -1,0 +1,141 @@
+"""Local backend: the GPUs of this machine, a SQLite ledger, jobs as child processes.
+
+Inventory is what NVML reports. Where NVML finds no GPU, a declared inventory
+(``HORUS_LOCAL_GPUS=2xa100-80gb``) lets placement run while the job itself runs on the CPU; such
+GPUs are marked declared, and nothing GPU-side is measured for them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable
+
+from horus_airflow.backends.ledger import Booking, Reservation, SqliteLedger
+from horus_airflow.errors import InventoryError
+from horus_airflow.features.gpus import GPU_SPECS, gpu_spec, gpu_type_from_nvml
+from horus_airflow.placement import ClusterState, Decision, GpuState
+from horus_airflow.predictor.demand import Demand
+from horus_airflow.settings import Settings
+from horus_airflow.telemetry import RunSummary, nvml
+
+log = logging.getLogger(__name__)
+
+NODE = "local"
+_INVENTORY_ITEM = re.compile(r"^\s*(?:(\d+)\s*[x*]\s*)?([a-z0-9-]+)\s*$", re.IGNORECASE)
+
+
+def parse_inventory(text: str) -> list[GpuState]:
+    """``'2xa100-80gb,1xt4'`` -> four declared GPUs, indexed in order."""
+    gpus: list[GpuState] = []
+    accepted = f"accepted: 'COUNTxTYPE[,COUNTxTYPE...]', e.g. '2xa100-80gb,1xt4', TYPE one of {', '.join(GPU_SPECS)}"
+    for item in text.split(","):
+        match = _INVENTORY_ITEM.match(item)
+        if not match:
+            raise InventoryError(f"HORUS_LOCAL_GPUS={text!r} does not parse at {item!r}; {accepted}")
+        count = int(match.group(1) or 1)
+        if count < 1:
+            raise InventoryError(f"HORUS_LOCAL_GPUS={text!r}: count must be at least 1 in {item!r}; {accepted}")
+        try:
+            spec = gpu_spec(match.group(2))
+        except InventoryError as exc:
+            raise InventoryError(f"HORUS_LOCAL_GPUS={text!r}: {exc}") from None
+        for _ in range(count):
+            index = len(gpus)
+            gpus.append(GpuState(f"{NODE}/{index}", NODE, index, spec.name, spec.memory_mib, declared=True))
+    return gpus
+
+
+def discover_inventory(declared: str | None) -> list[GpuState]:
+    """Real GPUs when NVML reports any (a declaration is then ignored), else the declared ones."""
+    real = nvml.discover_gpus()
+    if real:
+        if declared:
+            log.warning("HORUS_LOCAL_GPUS=%r ignored: NVML reports %d real GPU(s)", declared, len(real))
+        gpus = []
+        for gpu in real:
+            gpu_type = gpu_type_from_nvml(gpu.name, gpu.memory_mib)
+            if gpu_type is None:
+                log.warning("GPU %d (%s) is not in the spec table; it is left out of placement", gpu.index, gpu.name)
+                continue
+            gpus.append(GpuState(f"{NODE}/{gpu.index}", NODE, gpu.index, gpu_type, gpu.memory_mib))
+        return gpus
+    if not declared:
+        raise InventoryError(
+            "no GPU found by NVML and none declared; set HORUS_LOCAL_GPUS, e.g. HORUS_LOCAL_GPUS=2xa100-80gb, "
+            "to place on declared GPUs while jobs run on the CPU"
+        )
+    return parse_inventory(declared)
+
+
+@dataclass(frozen=True)
+class LaunchedJob:
+    process: subprocess.Popen[bytes]
+    run_dir: Path
+
+
+class LocalBackend:
+    def __init__(self, settings: Settings, clock: Callable[[], float] = time.time) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.gpus = discover_inventory(settings.local_gpus)
+        self.ledger = SqliteLedger(settings.ledger_path)
+
+    def snapshot(self) -> ClusterState:
+        version, residents = self.ledger.active(self.clock())
+        return ClusterState(
+            tuple(
+replace(gpu, residents=tuple(residents.get(gpu.gpu_id, ()))) for gpu in self.gpus
+            ),
+            version,
+        )
+
+    def gpu(self, gpu_id: str) -> GpuState:
+        return next(g for g in self.gpus if g.gpu_id == gpu_id)
+
+    def reserve(self, decision: Decision, demand: Demand, owner: str) -> Reservation:
+        bookings = []
+        for gpu_id in decision.gpu_ids:
+            need = demand.on(self.gpu(gpu_id).gpu_type)
+            bookings.append(Booking(gpu_id, need.util, need.util_p90, need.mem_mib))
+        return self.ledger.reserve(
+            decision.state_version, demand.job_id, owner, bookings, self.clock(), self.settings.lease_seconds
+        )
+
+    def renew(self, reservation: Reservation) -> bool:
+        return self.ledger.renew(reservation.reservation_id, self.clock(), self.settings.lease_seconds)
+
+    def release(self, reservation: Reservation) -> bool:
+        return self.ledger.release(reservation.reservation_id, self.clock())
+
+    def launch(self, command: list[str], reservation: Reservation, run_dir: Path) -> LaunchedJob:
+        """Start ``command`` under the telemetry wrapper, pinned to the reserved GPUs."""
+        run_dir.mkdir(parents=True, exist_ok=True)
+        indices = ",".join(str(self.gpu(g).index) for g in reservation.gpu_ids)
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": indices, "HORUS_RESERVATION_ID": reservation.reservation_id}
+        wrapped = [sys.executable, "-m", "horus_airflow.cli", "run", "--out", str(run_dir), "--", *command]
+        with (run_dir / "job.log").open("wb") as log_file:
+            process = subprocess.Popen(wrapped, env=env, stdout=log_file, stderr=subprocess.STDOUT)
+        log.info("launched %s on %s (CUDA_VISIBLE_DEVICES=%s), log %s", command[:4], reservation.gpu_ids, indices, run_dir / "job.log")
+        return LaunchedJob(process, run_dir)
+
+    def wait(self, job: LaunchedJob, reservation: Reservation, poll_s: float = 0.5) -> RunSummary:
+        """Wait for the job, renewing its lease at a third of the lease time."""
+        renew_every = self.settings.lease_seconds / 3
+        last_renewal = self.clock()
+        while job.process.poll() is None:
+            time.sleep(poll_s)
+            if self.clock() - last_renewal >= renew_every:
+                if not self.renew(reservation):
+                    log.warning("lease of reservation %s could not be renewed", reservation.reservation_id)
+                last_renewal = self.clock()
+        summary_file = job.run_dir / "summary.json"
+        if not summary_file.is_file():
+            return RunSummary(job.process.returncode or 1, 0.0, 0, False, None, None)
+        return RunSummary.read(job.run_dir)

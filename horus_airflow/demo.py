@@ -1,0 +1,96 @@
+"""``horus demo``: run the example DAG on the embedded stack and print what Horus decided."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from horus_airflow.registry import PROFILING_EXPERIMENT, client
+from horus_airflow.settings import Settings
+
+log = logging.getLogger(__name__)
+
+DEMO_DAG_ID = "horus_training_example"
+
+
+def prepare_airflow(settings: Settings, dags_folder: Path) -> None:
+    """Point Airflow at HORUS_HOME and our dags folder, then migrate its SQLite metadata DB."""
+    os.environ.setdefault("AIRFLOW_HOME", str(settings.airflow_home))
+    os.environ.setdefault("AIRFLOW__CORE__DAGS_FOLDER", str(dags_folder.resolve()))
+    os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+    settings.airflow_home.mkdir(parents=True, exist_ok=True)
+    migrate_log = settings.home / "airflow-db-migrate.log"
+    with migrate_log.open("w") as out:
+        done = subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], stdout=out, stderr=subprocess.STDOUT)
+    if done.returncode != 0:
+        raise RuntimeError(f"'airflow db migrate' failed (exit {done.returncode}); see {migrate_log}")
+
+
+def run_demo(settings: Settings, dags_folder: Path) -> int:
+    prepare_airflow(settings, dags_folder)
+    dag_file = dags_folder / f"{DEMO_DAG_ID}.py"
+    spec = importlib.util.spec_from_file_location(DEMO_DAG_ID, dag_file)
+    if spec is None or spec.loader is None:
+        raise FileNotFoundError(f"example DAG not found at {dag_file}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    dag_run = module.dag.test()
+    print(summary_table(settings, dag_run.run_id))
+    print(f"\nDAG run {dag_run.run_id}: {dag_run.state}")
+    print(open_ui_commands(settings, dags_folder))
+    return 0 if str(dag_run.state) == "success" else 1
+
+
+def summary_table(settings: Settings, airflow_run_id: str) -> str:
+    mlflow = client(settings)
+    experiment = mlflow.get_experiment_by_name(PROFILING_EXPERIMENT)
+    runs = []
+    if experiment is not None:
+        runs = mlflow.search_runs(
+            [experiment.experiment_id], filter_string=f"tags.`airflow.run_id` = '{airflow_run_id}'"
+        )
+    header = ("task", "GPU", "pred util %", "pred mem MiB", "measured", "MLflow run id", "reason")
+    rows = [header]
+    for run in sorted(runs, key=lambda r: r.data.tags.get("airflow.task_id", "")):
+        tags, params, metrics = run.data.tags, run.data.params, run.data.metrics
+        gpu = f"{tags['horus.gpu_ids']} {tags['horus.gpu_type']}"
+        if tags.get("horus.gpu_declared") == "true":
+            gpu += " (declared)"
+        measured = (
+            f"util {metrics['gpu_util_mean']:.0f}%" if "gpu_util_mean" in metrics else "no GPU metric"
+        )
+        if "job.throughput_samples_per_s" in metrics:
+            measured += f", {metrics['job.throughput_samples_per_s']:.0f} samples/s"
+        rows.append(
+            (
+                tags.get("airflow.task_id", run.info.run_name),
+                gpu,
+                f"{float(params['predicted.gpu_util']):.0f}",
+                params["predicted.gpu_mem_mib"],
+                measured,
+                run.info.run_id,
+                tags["horus.placement.reason"],
+            )
+        )
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(header) - 1)]
+    lines = []
+    for row in rows:
+        lines.append("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1])
+    lines.insert(1, "  ".join("-" * w for w in widths) + "  " + "-" * 6)
+    return "\n".join(lines)
+
+
+def open_ui_commands(settings: Settings, dags_folder: Path) -> str:
+    bin_dir = Path(sys.executable).parent
+    return (
+        "\nBrowse the results:\n"
+        f"  MLflow UI:  {bin_dir / 'mlflow'} ui --backend-store-uri {settings.mlflow_tracking_uri} "
+        "--host 127.0.0.1 --port 5000    # then open http://127.0.0.1:5000\n"
+        f"  Airflow UI: AIRFLOW_HOME={settings.airflow_home} AIRFLOW__CORE__DAGS_FOLDER={dags_folder.resolve()} "
+        f"AIRFLOW__CORE__LOAD_EXAMPLES=False {bin_dir / 'airflow'} standalone    # then open http://127.0.0.1:8080 "
+        f"(the admin password is in {settings.airflow_home / 'simple_auth_manager_passwords.json.generated'})"
+    )

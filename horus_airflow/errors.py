@@ -1,0 +1,23 @@
+"""Errors a user can act on: each names the problem and what is accepted."""
+
+from __future__ import annotations
+
+
+class HorusError(Exception):
+    """Base class of every error Horus raises on purpose."""
+
+
+class InvalidJobError(HorusError, ValueError):
+    """A job description that cannot be run as given."""
+
+
+class InventoryError(HorusError, ValueError):
+    """A GPU inventory declaration that does not parse."""
+
+
+class NoPlacementError(HorusError):
+    """No GPU can take the job now (every candidate was filtered out)."""
+
+
+class LedgerConflictError(HorusError):
+    """The ledger changed between snapshot and reservation; re-read and decide again."""

@@ -1,0 +1,115 @@
+"""HorusTrainingOperator: run one training task on the GPU the placer chooses, on this machine."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict
+from typing import Any, Sequence
+
+from airflow.sdk import BaseOperator, Context
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from horus_airflow.backends.local import LaunchedJob
+from horus_airflow.errors import HorusError, InvalidJobError, InventoryError
+from horus_airflow.jobs import JobSpec
+from horus_airflow.pipeline import run_job
+from horus_airflow.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class HorusTrainingOperator(BaseOperator):
+    """Predict the job's GPU demand from its model graph, place it, run it pinned to the chosen GPU
+    under telemetry, log a profiling run to MLflow and release the GPU, whatever happens.
+
+    :param model: catalog model name (e.g. ``resnet18``).
+    :param batch_size: training batch size.
+    :param dataset: dataset whose input shape the job trains on; default: the model's own.
+    :param steps: training steps of the built-in trainer.
+    :param precision: ``fp32`` or ``amp``.
+    :param gpus: GPUs the job needs (all on one node).
+    :param command: the user's own training command; ``model`` still describes it for prediction.
+    :param profile: placement profile name or YAML path; default ``HORUS_PROFILE`` or ``horus-paper``.
+    :param placement_timeout: seconds to wait for a GPU before failing.
+
+    Returns (XCom) the placement outcome: GPUs, predicted demand, reason and MLflow run id.
+    """
+
+    template_fields: Sequence[str] = ("model", "dataset", "precision", "profile", "command")
+    ui_color = "#f0e4ff"
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        batch_size: int,
+        dataset: str | None = None,
+        steps: int = 20,
+        precision: str = "fp32",
+        gpus: int = 1,
+        command: list[str] | None = None,
+        profile: str | None = None,
+        placement_timeout: float = 600.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.model = model
+        self.batch_size = batch_size
+        self.dataset = dataset
+        self.steps = steps
+        self.precision = precision
+        self.gpus = gpus
+        self.command = command
+        self.profile = profile
+        self.placement_timeout = placement_timeout
+        self._job: LaunchedJob | None = None
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        ti = context["ti"]
+        try:
+            spec = JobSpec(
+                model=self.model,
+                batch_size=self.batch_size,
+                dataset=self.dataset,
+                precision=self.precision,
+                gpus=self.gpus,
+                steps=self.steps,
+                command=tuple(self.command) if self.command else None,
+                name=self.task_id,
+            )
+            outcome = run_job(
+                spec,
+                Settings.from_env(),
+                owner=f"{ti.dag_id}/{ti.task_id}/{ti.run_id}/{ti.try_number}",
+                profile_name=self.profile,
+                placement_timeout_s=self.placement_timeout,
+                context_tags={
+                    "airflow.dag_id": ti.dag_id,
+                    "airflow.task_id": ti.task_id,
+                    "airflow.run_id": ti.run_id,
+                    "airflow.try_number": str(ti.try_number),
+                },
+                on_launch=self._remember,
+            )
+        except (InvalidJobError, InventoryError) as exc:
+            # Retrying cannot fix bad input: fail now, with the message that says what is accepted.
+            raise AirflowFailException(str(exc)) from exc
+        except HorusError as exc:
+            raise AirflowException(str(exc)) from exc
+        finally:
+            self._job = None
+        if outcome.exit_code != 0:
+            raise AirflowException(
+                f"training job {outcome.job_id} exited with code {outcome.exit_code}; "
+                f"GPU released; profiling run {outcome.mlflow_run_id} has its log"
+            )
+        log.info("done on %s: %s", ",".join(outcome.gpu_ids), outcome.reason)
+        return asdict(outcome)
+
+    def _remember(self, job: LaunchedJob) -> None:
+        self._job = job
+
+    def on_kill(self) -> None:
+        if self._job is not None and self._job.process.poll() is None:
+            log.info("terminating training process %d", self._job.process.pid)
+            self._job.process.terminate()

@@ -1,0 +1,116 @@
+"""The whole path of one training task: spec -> features -> demand -> placement -> reserve -> run ->
+profiling run -> release. The Airflow operator is a thin face over :func:`run_job`."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import uuid
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from horus_airflow.backends import LocalBackend, acquire
+from horus_airflow.backends.local import LaunchedJob
+from horus_airflow.features import GraphFeatures, extract_features
+from horus_airflow.features.gpus import gpu_spec
+from horus_airflow.jobs import JobSpec
+from horus_airflow.placement import load_profile
+from horus_airflow.predictor import AnalyticPrior, Demand
+from horus_airflow.registry import ProfilingRecord, log_profiling_run
+from horus_airflow.settings import Settings
+from horus_airflow.telemetry import RunSummary
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """What a task reports back (XCom, the demo's summary table)."""
+
+    job_id: str
+    model: str
+    gpu_ids: tuple[str, ...]
+    gpu_type: str
+    gpu_declared: bool
+    predicted_util: float
+    predicted_mem_mib: float
+    predictor: str
+    reason: str
+    mlflow_run_id: str
+    exit_code: int
+    ledger_conflicts: int
+
+
+def predict_demand(spec: JobSpec, job_id: str, gpu_types: list[str]) -> tuple[GraphFeatures, Demand]:
+    features = extract_features(spec)
+    demand = AnalyticPrior().predict(job_id, features, spec.gpus, [gpu_spec(t) for t in gpu_types])
+    return features, demand
+
+
+def training_command(spec: JobSpec) -> list[str]:
+    """The user's command, or the built-in trainer for a catalog model."""
+    if spec.command:
+        return list(spec.command)
+    command = [sys.executable, "-m", "horus_airflow.catalog.train", "--model", spec.model]
+    command += ["--batch-size", str(spec.batch_size), "--steps", str(spec.steps)]
+    if spec.dataset:
+        command += ["--dataset", spec.dataset]
+    if spec.precision == "amp":
+        command.append("--amp")
+    return command
+
+
+def run_job(
+    spec: JobSpec,
+    settings: Settings,
+    owner: str,
+    profile_name: str | None = None,
+    placement_timeout_s: float = 600.0,
+    context_tags: dict[str, str] | None = None,
+    on_launch: Callable[[LaunchedJob], None] | None = None,
+) -> JobOutcome:
+    """Run one job end to end. Bad input fails before anything is reserved or logged; once a GPU is
+    reserved it is released whatever happens."""
+    profile = load_profile(profile_name or settings.profile)
+    backend = LocalBackend(settings)
+    job_id = f"{spec.display_name}-{uuid.uuid4().hex[:8]}"
+    features, demand = predict_demand(spec, job_id, sorted({g.gpu_type for g in backend.gpus}))
+    acquired = acquire(backend, demand, profile, owner, placement_timeout_s)
+    decision, reservation = acquired.decision, acquired.reservation
+    # Our GPUs as booked right after our reservation, with the co-residents that were there.
+    placed_on = tuple(
+        replace(gpu, residents=tuple(r for r in gpu.residents if r.job_id != job_id))
+        for gpu in backend.snapshot().gpus
+        if gpu.gpu_id in decision.gpu_ids
+    )
+    log.info("placed %s: %s", job_id, decision.reason)
+    run_dir = settings.runs_dir / job_id
+    try:
+        job = backend.launch(training_command(spec), reservation, run_dir)
+        if on_launch:
+            on_launch(job)
+        summary: RunSummary = backend.wait(job, reservation)
+    finally:
+        backend.release(reservation)
+    predicted = demand.on(placed_on[0].gpu_type)
+    run_id = log_profiling_run(
+        settings,
+        ProfilingRecord(
+            spec, features, predicted, demand.predictor, decision, placed_on, summary, run_dir,
+            context_tags or {},
+        ),
+    )
+    return JobOutcome(
+        job_id=job_id,
+        model=spec.model,
+        gpu_ids=decision.gpu_ids,
+        gpu_type=placed_on[0].gpu_type,
+        gpu_declared=placed_on[0].declared,
+        predicted_util=predicted.util,
+        predicted_mem_mib=predicted.mem_mib,
+        predictor=demand.predictor,
+        reason=decision.reason,
+        mlflow_run_id=run_id,
+        exit_code=summary.exit_code,
+        ledger_conflicts=acquired.conflicts,
+    )

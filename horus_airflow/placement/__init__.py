@@ -1,0 +1,17 @@
+"""Placement engine: filter and score plugins composed into profiles; pure, no clock and no I/O."""
+
+from horus_airflow.placement.placer import Candidate, Decision, place
+from horus_airflow.placement.profiles import Profile, builtin_profiles, load_profile
+from horus_airflow.placement.state import ClusterState, GpuState, Resident
+
+__all__ = [
+    "Candidate",
+    "ClusterState",
+    "Decision",
+    "GpuState",
+    "Profile",
+    "Resident",
+    "builtin_profiles",
+    "load_profile",
+    "place",
+]

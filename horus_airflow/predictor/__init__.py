@@ -1,0 +1,6 @@
+"""Predicted GPU demand of a job: utilization (mean, p90) and peak memory, per GPU type."""
+
+from horus_airflow.predictor.demand import Demand, GpuDemand
+from horus_airflow.predictor.prior import AnalyticPrior
+
+__all__ = ["AnalyticPrior", "Demand", "GpuDemand"]

@@ -1,0 +1,35 @@
+"""The predictor's output and the placer's input."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from horus_airflow.errors import NoPlacementError
+
+
+@dataclass(frozen=True)
+class GpuDemand:
+    """What one worker of a job asks of one GPU of a given type."""
+
+    util: float
+    util_p90: float
+    mem_mib: float
+
+
+@dataclass(frozen=True)
+class Demand:
+    """A job's predicted demand on every GPU type it could land on; ``predictor`` says who predicted it."""
+
+    job_id: str
+    gpus: int
+    per_type: Mapping[str, GpuDemand] = field(default_factory=dict)
+    predictor: str = "prior"
+
+    def on(self, gpu_type: str) -> GpuDemand:
+        try:
+            return self.per_type[gpu_type]
+        except KeyError:
+            raise NoPlacementError(
+                f"no prediction for GPU type {gpu_type!r}; predicted for: {', '.join(self.per_type)}"
+            ) from None
