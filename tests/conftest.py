@@ -1,0 +1,53 @@
+"""Test environment: every test session gets its own HORUS_HOME, Airflow home and MLflow store.
+
+The variables are set before anything imports Airflow, which reads AIRFLOW_HOME at import time.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+_SESSION_HOME = Path(tempfile.mkdtemp(prefix="horus-tests-"))
+DAGS_FOLDER = _SESSION_HOME / "dags"
+DAGS_FOLDER.mkdir()
+for source in [*(REPO / "dags").glob("*.py"), *(REPO / "tests" / "dags").glob("*.py")]:
+    shutil.copy(source, DAGS_FOLDER / source.name)
+
+os.environ.update(
+    {
+        "HORUS_HOME": str(_SESSION_HOME / "horus"),
+        "AIRFLOW_HOME": str(_SESSION_HOME / "airflow"),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS_FOLDER),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+        "HORUS_LOCAL_GPUS": "2xa100-80gb",
+    }
+)
+os.environ.pop("MLFLOW_TRACKING_URI", None)
+
+
+@pytest.fixture(scope="session")
+def airflow_db() -> Path:
+    """A migrated SQLite Airflow metadata DB, once per session."""
+    done = subprocess.run(
+        [sys.executable, "-m", "airflow", "db", "migrate"], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return Path(os.environ["AIRFLOW_HOME"])
+
+
+@pytest.fixture
+def horus_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh HORUS_HOME (ledger + MLflow store) for one test."""
+    home = tmp_path / "horus"
+    monkeypatch.setenv("HORUS_HOME", str(home))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    return home

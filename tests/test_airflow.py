@@ -1,0 +1,96 @@
+"""Real Airflow on the embedded SQLite stack: DAG files import, and dag.test() runs the whole path."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from horus_airflow.backends import SqliteLedger
+from horus_airflow.registry import PROFILING_EXPERIMENT, client
+from horus_airflow.settings import Settings
+from tests.conftest import DAGS_FOLDER, REPO
+
+pytestmark = pytest.mark.airflow
+
+
+def _load(path: Path):  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("dag_file", sorted((REPO / "dags").glob("*.py")), ids=lambda p: p.name)
+def test_dag_files_import_without_errors(dag_file: Path) -> None:
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(dag_file))
+    assert bag.import_errors == {}
+    assert bag.dags
+
+
+def _profiling_runs(settings: Settings, airflow_run_id: str) -> list:  # type: ignore[type-arg]
+    mlflow = client(settings)
+    experiment = mlflow.get_experiment_by_name(PROFILING_EXPERIMENT)
+    assert experiment is not None
+    return mlflow.search_runs([experiment.experiment_id], filter_string=f"tags.`airflow.run_id` = '{airflow_run_id}'")
+
+
+def _active_reservations(settings: Settings) -> int:
+    _version, residents = SqliteLedger(settings.ledger_path).active(now=0.0)
+    return sum(len(r) for r in residents.values())
+
+
+def test_example_dag_runs_end_to_end(airflow_db: Path) -> None:
+    from airflow.utils.state import TaskInstanceState
+
+    dag = _load(DAGS_FOLDER / "horus_training_example.py").dag
+    dag_run = dag.test()
+    assert str(dag_run.state) == "success"
+    states = {ti.task_id: ti.state for ti in dag_run.get_task_instances()}
+    assert states and all(state == TaskInstanceState.SUCCESS for state in states.values()), states
+
+    settings = Settings.from_env()
+    runs = _profiling_runs(settings, dag_run.run_id)
+    assert {r.data.tags["airflow.task_id"] for r in runs} == set(states)
+    for run in runs:
+        assert run.info.status == "FINISHED"
+        tags, params, metrics = run.data.tags, run.data.params, run.data.metrics
+        assert tags["horus.gpu_ids"].startswith("local/")
+        assert tags["horus.gpu_declared"] == "true"
+        assert tags["horus.placement.reason"]
+        assert float(params["predicted.gpu_util"]) > 0
+        assert int(params["feature.train_flops"]) > int(params["feature.forward_flops"]) > 0
+        assert metrics["job.throughput_samples_per_s"] > 0
+        # Declared GPUs, no NVML: no GPU metric may appear.
+        assert not [name for name in metrics if name.startswith("gpu_")]
+    assert _active_reservations(settings) == 0
+
+
+def test_bad_model_fails_at_once_and_leaves_nothing_behind(airflow_db: Path) -> None:
+    dag = _load(DAGS_FOLDER / "horus_test_failures.py").bad_model
+    dag_run = dag.test()
+    assert str(dag_run.state) == "failed"
+    settings = Settings.from_env()
+    assert _active_reservations(settings) == 0
+    mlflow = client(settings)
+    experiment = mlflow.get_experiment_by_name(PROFILING_EXPERIMENT)
+    if experiment is not None:
+        assert not mlflow.search_runs(
+            [experiment.experiment_id], filter_string=f"tags.`airflow.run_id` = '{dag_run.run_id}'"
+        )
+
+
+def test_failing_job_releases_its_gpu_and_logs_a_failed_run(airflow_db: Path) -> None:
+    dag = _load(DAGS_FOLDER / "horus_test_failures.py").failing
+    dag_run = dag.test()
+    assert str(dag_run.state) == "failed"
+    settings = Settings.from_env()
+    assert _active_reservations(settings) == 0
+    (run,) = _profiling_runs(settings, dag_run.run_id)
+    assert run.info.status == "FAILED"
+    assert run.data.tags["horus.exit_code"] == "3"
+
