@@ -1,0 +1,59 @@
+"""The console command, the provider entry point and the settings object."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from horus_airflow.settings import Settings
+
+HORUS = str(Path(sys.executable).parent / "horus")
+
+
+@pytest.mark.parametrize("args", [[], ["run"], ["predict"], ["inventory"], ["demo"]])
+def test_cli_answers_help(args: list[str]) -> None:
+    done = subprocess.run([HORUS, *args, "--help"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "usage: horus" in done.stdout
+
+
+def test_predict_json_contract() -> None:
+    done = subprocess.run(
+        [HORUS, "predict", "--model", "resnet18", "--batch-size", "32", "--json"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert 0 < result["gpu_util"] <= result["gpu_util_p90"] <= 100
+    assert result["gpu_mem_mib"] > 0 and result["predictor"] == "prior"
+
+
+def test_cli_bad_input_exits_2_with_the_accepted_values() -> None:
+    done = subprocess.run([HORUS, "predict", "--model", "vgg1", "--batch-size", "8"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "unknown model 'vgg1'" in done.stderr and "Accepted:" in done.stderr
+
+
+def test_provider_entry_point_returns_schema_valid_info() -> None:
+    (entry,) = [e for e in entry_points(group="apache_airflow_provider") if e.value.startswith("horus_airflow")]
+    info = entry.load()()
+    import airflow
+
+    schema = json.loads((Path(airflow.__file__).parent / "provider_info.schema.json").read_text())
+    jsonschema.validate(info, schema)
+    assert info["package-name"] == "horus-airflow"
+
+
+def test_settings_default_under_horus_home_and_follow_the_environment(tmp_path: Path) -> None:
+    settings = Settings.from_env({"HORUS_HOME": str(tmp_path)})
+    assert settings.mlflow_tracking_uri == f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert settings.airflow_home == tmp_path / "airflow"
+    assert settings.ledger_path.parent == tmp_path
+    custom = Settings.from_env({"HORUS_HOME": str(tmp_path), "MLFLOW_TRACKING_URI": "http://127.0.0.1:5000"})
+    assert custom.mlflow_tracking_uri == "http://127.0.0.1:5000"
+    assert Settings.from_env({}).home == Path(".horus").resolve()

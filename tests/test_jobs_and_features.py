@@ -1,0 +1,79 @@
+"""Job descriptions, the catalog, graph features and the prior: real PyTorch graphs on the meta device."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from horus_airflow.catalog import resolve
+from horus_airflow.errors import InvalidJobError, InventoryError
+from horus_airflow.features import extract_features
+from horus_airflow.features.gpus import GPU_SPECS, gpu_spec, gpu_type_from_nvml
+from horus_airflow.features.graph import flop_counter
+from horus_airflow.jobs import JobSpec
+from horus_airflow.predictor import AnalyticPrior
+
+
+@pytest.mark.parametrize("batch_size", [0, -4, 2.5, True, 1 << 30])
+def test_batch_size_must_be_a_positive_integer(batch_size: object) -> None:
+    with pytest.raises(InvalidJobError, match="batch_size must be an integer from 1 to"):
+        JobSpec(model="resnet18", batch_size=batch_size)  # type: ignore[arg-type]
+
+
+def test_unknown_model_names_the_closest_catalog_entries() -> None:
+    with pytest.raises(InvalidJobError, match=r"unknown model 'resnt18'\. Did you mean: resnet18, resnet50\?"):
+        resolve("resnt18")
+
+
+def test_wrong_dataset_pairing_lists_the_datasets_that_fit() -> None:
+    with pytest.raises(InvalidJobError, match="datasets that fit 'lstm_lm': wikitext2"):
+        resolve("lstm_lm", "cifar10")
+
+
+def test_unknown_gpu_type_lists_accepted_names() -> None:
+    with pytest.raises(InventoryError, match="Did you mean: a100-40gb, a100-80gb"):
+        gpu_spec("a100")
+
+
+@pytest.mark.parametrize(
+    ("nvml_name", "memory", "expected"),
+    [("NVIDIA A100-SXM4-80GB", 81920, "a100-80gb"), ("NVIDIA A100-PCIE-40GB", 40960, "a100-40gb"),
+     ("NVIDIA H200", 143771, "h200"), ("Tesla V100-SXM2-16GB", 16160, "v100"), ("NVIDIA L40S", 46068, "l40s"),
+     ("NVIDIA L4", 23034, "l4"), ("NVIDIA A10", 23028, "a10"), ("Quadro P2000", 5000, None)],
+)
+def test_nvml_names_map_to_the_spec_table(nvml_name: str, memory: int, expected: str | None) -> None:
+    assert gpu_type_from_nvml(nvml_name, memory) == expected
+
+
+def test_depthwise_convolution_flops_match_a_hand_count() -> None:
+    """torch 2.14 over-counts grouped weight gradients by the group count; ours must not."""
+    with torch.device("meta"):
+        conv = nn.Conv2d(8, 8, 3, padding=1, groups=8, bias=False)
+        x = torch.randn(2, 8, 5, 5, requires_grad=True)
+    with flop_counter() as forward:
+        y = conv(x)
+    with flop_counter() as backward:
+        y.sum().backward()
+    hand = 2 * (2 * 5 * 5) * 8 * (3 * 3)  # 2 FLOPs per MAC x output positions x channels x taps
+    assert forward.get_total_flops() == hand
+    assert backward.get_total_flops() == 2 * hand  # grad wrt input + grad wrt weight
+
+
+def test_resnet18_features_match_torchvision_and_scale_with_batch() -> None:
+    small = extract_features(JobSpec(model="resnet18", batch_size=16))
+    large = extract_features(JobSpec(model="resnet18", batch_size=32))
+    assert small.params == 11_181_642  # torchvision resnet18 with a 10-class head
+    assert large.forward_flops == 2 * small.forward_flops
+    assert large.train_flops == pytest.approx(3 * large.forward_flops, rel=0.05)
+    assert large.activation_bytes == 2 * small.activation_bytes
+    assert small.dataset == "cifar10" and small.family == "resnet"
+
+
+def test_prior_is_bounded_and_faster_gpus_are_less_busy() -> None:
+    features = extract_features(JobSpec(model="resnet18", batch_size=32))
+    demand = AnalyticPrior().predict("j", features, 1, [GPU_SPECS["k80"], GPU_SPECS["h200"]])
+    k80, h200 = demand.on("k80"), demand.on("h200")
+    assert 0 < h200.util < k80.util <= 100
+    assert k80.util <= k80.util_p90 <= 100
+    assert k80.mem_mib == h200.mem_mib > features.param_bytes / 2**20

@@ -1,0 +1,52 @@
+"""The operator's path without Airflow: bad input leaves no reservation and no MLflow run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from horus_airflow.backends import SqliteLedger
+from horus_airflow.errors import InvalidJobError, InventoryError, NoPlacementError
+from horus_airflow.jobs import JobSpec
+from horus_airflow.pipeline import run_job
+from horus_airflow.registry import client
+from horus_airflow.settings import Settings
+
+
+def _nothing_left(settings: Settings) -> None:
+    if settings.ledger_path.exists():
+        assert SqliteLedger(settings.ledger_path).active(now=0)[1] == {}
+    assert client(settings).search_runs(
+        [e.experiment_id for e in client(settings).search_experiments()], filter_string=""
+    ) == []
+
+
+@pytest.mark.parametrize(
+    ("inventory", "message"),
+    [("2xa100", "unknown GPU type 'a100'"), ("two a100s", "does not parse"), ("0xt4", "count must be at least 1")],
+)
+def test_bad_inventory_fails_before_anything_is_reserved(
+    horus_home: Path, monkeypatch: pytest.MonkeyPatch, inventory: str, message: str
+) -> None:
+    monkeypatch.setenv("HORUS_LOCAL_GPUS", inventory)
+    settings = Settings.from_env()
+    with pytest.raises(InventoryError, match=message) as error:
+        run_job(JobSpec(model="mlp", batch_size=8), settings, owner="t")
+    assert "COUNTxTYPE" in str(error.value) or "Accepted:" in str(error.value)
+    _nothing_left(settings)
+
+
+def test_unknown_model_fails_before_anything_is_reserved(horus_home: Path) -> None:
+    settings = Settings.from_env()
+    with pytest.raises(InvalidJobError, match="Did you mean: resnet18"):
+        run_job(JobSpec(model="resnet19", batch_size=8), settings, owner="t")
+    _nothing_left(settings)
+
+
+def test_a_job_too_big_for_any_gpu_fails_at_once(horus_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HORUS_LOCAL_GPUS", "1xk80")
+    settings = Settings.from_env()
+    with pytest.raises(NoPlacementError, match="cannot fit even on idle GPUs"):
+        run_job(JobSpec(model="resnet50", batch_size=512), settings, owner="t", placement_timeout_s=3600)
+    _nothing_left(settings)
