@@ -55,3 +55,10 @@ def test_sigterm_is_forwarded_to_the_job_and_its_code_kept(tmp_path: Path) -> No
     assert wrapper.wait(timeout=20) == 42
     assert time.monotonic() - started < 10
     assert RunSummary.read(tmp_path).exit_code == 42
+
+
+def test_a_command_that_cannot_start_is_reported_not_crashed(tmp_path: Path) -> None:
+    summary = run(["/nonexistent/train-binary", "--epochs", "1"], tmp_path)
+    assert summary.exit_code == 127
+    assert "nonexistent" in str(summary.job_metrics["error"])
+    assert RunSummary.read(tmp_path).exit_code == 127

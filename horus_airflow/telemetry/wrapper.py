@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 METRICS_FILE_ENV = "HORUS_METRICS_FILE"
 SAMPLES_FILE = "samples.jsonl"
 SUMMARY_FILE = "summary.json"
+_CANNOT_START = 127  # what a shell returns for a command it cannot run
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,13 @@ def run(command: Sequence[str], out_dir: Path, interval_s: float = 0.2) -> RunSu
     env = {**os.environ, METRICS_FILE_ENV: str(metrics_file)}
     gpu_indices = _visible_gpu_indices() if nvml.init() else []
     started = time.monotonic()
-    child = subprocess.Popen(list(command), env=env)
+    try:
+        child = subprocess.Popen(list(command), env=env)
+    except OSError as exc:
+        log.error("cannot start %r: %s", command[0], exc)
+        summary = RunSummary(_CANNOT_START, 0.0, 0, False, None, None, job_metrics={"error": str(exc)})
+        (out_dir / SUMMARY_FILE).write_text(json.dumps(asdict(summary), indent=2))
+        return summary
     previous = {sig: signal.signal(sig, lambda s, _f: child.send_signal(s)) for sig in (signal.SIGTERM, signal.SIGINT)}
     samples: list[Sample] = []
     stop = threading.Event()
