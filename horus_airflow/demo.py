@@ -86,11 +86,14 @@ def summary_table(settings: Settings, airflow_run_id: str) -> str:
 
 def open_ui_commands(settings: Settings, dags_folder: Path) -> str:
     bin_dir = Path(sys.executable).parent
+    # `airflow standalone` starts its services as `airflow ...` from PATH, hence the PATH prefix.
+    declared = f"HORUS_LOCAL_GPUS={settings.local_gpus} " if settings.local_gpus else ""
     return (
         "\nBrowse the results:\n"
         f"  MLflow UI:  {bin_dir / 'mlflow'} ui --backend-store-uri {settings.mlflow_tracking_uri} "
         "--host 127.0.0.1 --port 5000    # then open http://127.0.0.1:5000\n"
-        f"  Airflow UI: AIRFLOW_HOME={settings.airflow_home} AIRFLOW__CORE__DAGS_FOLDER={dags_folder.resolve()} "
-        f"AIRFLOW__CORE__LOAD_EXAMPLES=False {bin_dir / 'airflow'} standalone    # then open http://127.0.0.1:8080 "
-        f"(the admin password is in {settings.airflow_home / 'simple_auth_manager_passwords.json.generated'})"
+        f"  Airflow UI: PATH={bin_dir}:$PATH HORUS_HOME={settings.home} {declared}"
+        f"AIRFLOW_HOME={settings.airflow_home} AIRFLOW__CORE__DAGS_FOLDER={dags_folder.resolve()} "
+        "AIRFLOW__CORE__LOAD_EXAMPLES=False airflow standalone    # then open http://127.0.0.1:8080, user admin, "
+        f"password in {settings.airflow_home / 'simple_auth_manager_passwords.json.generated'}"
     )
