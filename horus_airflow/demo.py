@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from horus_airflow.registry import PROFILING_EXPERIMENT, client
+from horus_airflow.registry import profiling_runs
 from horus_airflow.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -46,13 +46,7 @@ def run_demo(settings: Settings, dags_folder: Path) -> int:
 
 
 def summary_table(settings: Settings, airflow_run_id: str) -> str:
-    mlflow = client(settings)
-    experiment = mlflow.get_experiment_by_name(PROFILING_EXPERIMENT)
-    runs = []
-    if experiment is not None:
-        runs = mlflow.search_runs(
-            [experiment.experiment_id], filter_string=f"tags.`airflow.run_id` = '{airflow_run_id}'"
-        )
+    runs = profiling_runs(settings, airflow_run_id)
     header = ("task", "GPU", "pred util %", "pred mem MiB", "measured", "MLflow run id", "reason")
     rows = [header]
     for run in sorted(runs, key=lambda r: r.data.tags.get("airflow.task_id", "")):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import sys
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable
 
 from horus_airflow.backends import LocalBackend, acquire
@@ -77,12 +77,7 @@ def run_job(
     features, demand = predict_demand(spec, job_id, sorted({g.gpu_type for g in backend.gpus}))
     acquired = acquire(backend, demand, profile, owner, placement_timeout_s)
     decision, reservation = acquired.decision, acquired.reservation
-    # Our GPUs as booked right after our reservation, with the co-residents that were there.
-    placed_on = tuple(
-        replace(gpu, residents=tuple(r for r in gpu.residents if r.job_id != job_id))
-        for gpu in backend.snapshot().gpus
-        if gpu.gpu_id in decision.gpu_ids
-    )
+    placed_on = tuple(gpu for gpu in acquired.state.gpus if gpu.gpu_id in decision.gpu_ids)
     log.info("placed %s: %s", job_id, decision.reason)
     run_dir = settings.runs_dir / job_id
     try:

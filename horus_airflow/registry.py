@@ -22,7 +22,7 @@ from horus_airflow.telemetry import RunSummary
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
-from mlflow.entities import Metric, Param, RunStatus  # noqa: E402
+from mlflow.entities import Metric, Param, Run, RunStatus  # noqa: E402
 from mlflow.exceptions import MlflowException  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
@@ -63,6 +63,17 @@ def experiment_id(mlflow: MlflowClient, settings: Settings, name: str) -> str:
         if found is None:
             raise
         return found.experiment_id
+
+
+def profiling_runs(settings: Settings, airflow_run_id: str) -> list[Run]:
+    """The profiling runs an Airflow DAG run logged (none if nothing was ever logged)."""
+    mlflow = client(settings)
+    experiment = mlflow.get_experiment_by_name(PROFILING_EXPERIMENT)
+    if experiment is None:
+        return []
+    return list(
+        mlflow.search_runs([experiment.experiment_id], filter_string=f"tags.`airflow.run_id` = '{airflow_run_id}'")
+    )
 
 
 def log_profiling_run(settings: Settings, record: ProfilingRecord) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from horus_airflow.backends import SqliteLedger
-from horus_airflow.registry import PROFILING_EXPERIMENT, client
+from horus_airflow.registry import profiling_runs
 from horus_airflow.settings import Settings
 from tests.conftest import DAGS_FOLDER, REPO
 
@@ -32,13 +32,6 @@ def test_dag_files_import_without_errors(dag_file: Path) -> None:
     assert bag.dags
 
 
-def _profiling_runs(settings: Settings, airflow_run_id: str) -> list:  # type: ignore[type-arg]
-    mlflow = client(settings)
-    experiment = mlflow.get_experiment_by_name(PROFILING_EXPERIMENT)
-    assert experiment is not None
-    return mlflow.search_runs([experiment.experiment_id], filter_string=f"tags.`airflow.run_id` = '{airflow_run_id}'")
-
-
 def _active_reservations(settings: Settings) -> int:
     _version, residents = SqliteLedger(settings.ledger_path).active(now=0.0)
     return sum(len(r) for r in residents.values())
@@ -54,7 +47,7 @@ def test_example_dag_runs_end_to_end(airflow_db: Path) -> None:
     assert states and all(state == TaskInstanceState.SUCCESS for state in states.values()), states
 
     settings = Settings.from_env()
-    runs = _profiling_runs(settings, dag_run.run_id)
+    runs = profiling_runs(settings, dag_run.run_id)
     assert {r.data.tags["airflow.task_id"] for r in runs} == set(states)
     for run in runs:
         assert run.info.status == "FINISHED"
@@ -70,27 +63,19 @@ def test_example_dag_runs_end_to_end(airflow_db: Path) -> None:
     assert _active_reservations(settings) == 0
 
 
-def test_bad_model_fails_at_once_and_leaves_nothing_behind(airflow_db: Path) -> None:
-    dag = _load(DAGS_FOLDER / "horus_test_failures.py").bad_model
-    dag_run = dag.test()
+def _run_failing_dag(attribute: str) -> str:
+    """dag.test() a DAG that must fail; it must leave no GPU reserved. Returns its run id."""
+    dag_run = getattr(_load(DAGS_FOLDER / "horus_test_failures.py"), attribute).test()
     assert str(dag_run.state) == "failed"
-    settings = Settings.from_env()
-    assert _active_reservations(settings) == 0
-    mlflow = client(settings)
-    experiment = mlflow.get_experiment_by_name(PROFILING_EXPERIMENT)
-    if experiment is not None:
-        assert not mlflow.search_runs(
-            [experiment.experiment_id], filter_string=f"tags.`airflow.run_id` = '{dag_run.run_id}'"
-        )
+    assert _active_reservations(Settings.from_env()) == 0
+    return dag_run.run_id
+
+
+def test_bad_model_fails_at_once_and_leaves_nothing_behind(airflow_db: Path) -> None:
+    assert profiling_runs(Settings.from_env(), _run_failing_dag("bad_model")) == []
 
 
 def test_failing_job_releases_its_gpu_and_logs_a_failed_run(airflow_db: Path) -> None:
-    dag = _load(DAGS_FOLDER / "horus_test_failures.py").failing
-    dag_run = dag.test()
-    assert str(dag_run.state) == "failed"
-    settings = Settings.from_env()
-    assert _active_reservations(settings) == 0
-    (run,) = _profiling_runs(settings, dag_run.run_id)
+    (run,) = profiling_runs(Settings.from_env(), _run_failing_dag("failing"))
     assert run.info.status == "FAILED"
     assert run.data.tags["horus.exit_code"] == "3"
-

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 
 from horus_airflow.backends import SqliteLedger
+from horus_airflow.backends.ledger import Booking
 from horus_airflow.errors import InvalidJobError, InventoryError, NoPlacementError
 from horus_airflow.jobs import JobSpec
 from horus_airflow.pipeline import run_job
@@ -17,9 +19,8 @@ from horus_airflow.settings import Settings
 def _nothing_left(settings: Settings) -> None:
     if settings.ledger_path.exists():
         assert SqliteLedger(settings.ledger_path).active(now=0)[1] == {}
-    assert client(settings).search_runs(
-        [e.experiment_id for e in client(settings).search_experiments()], filter_string=""
-    ) == []
+    mlflow = client(settings)
+    assert mlflow.search_runs([e.experiment_id for e in mlflow.search_experiments()]) == []
 
 
 @pytest.mark.parametrize(
@@ -50,3 +51,16 @@ def test_a_job_too_big_for_any_gpu_fails_at_once(horus_home: Path, monkeypatch: 
     with pytest.raises(NoPlacementError, match="cannot fit even on idle GPUs"):
         run_job(JobSpec(model="resnet50", batch_size=512), settings, owner="t", placement_timeout_s=3600)
     _nothing_left(settings)
+
+
+def test_a_job_sharing_a_gpu_records_its_co_residents(horus_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HORUS_LOCAL_GPUS", "1xa100-80gb")
+    settings = Settings.from_env()
+    ledger = SqliteLedger(settings.ledger_path)
+    ledger.reserve(0, "neighbour", "other-worker", [Booking("local/0", 40, 44, 2000)], now=time.time(), lease_s=600)
+    outcome = run_job(JobSpec(model="mlp", batch_size=8, steps=2), settings, owner="t")
+    assert outcome.exit_code == 0 and outcome.gpu_ids == ("local/0",)
+    run = client(settings).get_run(outcome.mlflow_run_id)
+    assert run.data.tags["horus.co_residents"] == "neighbour"
+    assert "shares with 1 job(s)" in run.data.tags["horus.placement.reason"]
+    assert [r.job_id for r in ledger.active(now=time.time())[1]["local/0"]] == ["neighbour"]

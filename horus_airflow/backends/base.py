@@ -25,8 +25,12 @@ class Backend(Protocol):
 
 @dataclass(frozen=True)
 class Acquired:
+    """A reservation with the decision behind it and the ledger state that decision was made on
+    (the reservation was accepted at that very version, so its residents are the job's co-residents)."""
+
     decision: Decision
     reservation: Reservation
+    state: ClusterState
     conflicts: int
 
 
@@ -51,7 +55,7 @@ def acquire(
         decision = place(demand, state, profile)
         if decision.placed:
             try:
-                return Acquired(decision, backend.reserve(decision, demand, owner), conflicts)
+                return Acquired(decision, backend.reserve(decision, demand, owner), state, conflicts)
             except LedgerConflictError as exc:
                 conflicts += 1
                 log.info("ledger conflict (%s), deciding again", exc)

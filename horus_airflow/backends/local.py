@@ -135,7 +135,5 @@ replace(gpu, residents=tuple(residents.get(gpu.gpu_id, ()))) for gpu in self.gpu
                 if not self.renew(reservation):
                     log.warning("lease of reservation %s could not be renewed", reservation.reservation_id)
                 last_renewal = self.clock()
-        summary_file = job.run_dir / "summary.json"
-        if not summary_file.is_file():
-            return RunSummary(job.process.returncode or 1, 0.0, 0, False, None, None)
-        return RunSummary.read(job.run_dir)
+        summary = RunSummary.read(job.run_dir)
+        return summary or RunSummary(job.process.returncode or 1, 0.0, 0, False, None, None)

@@ -67,8 +67,13 @@ class RunSummary:
         return values
 
     @classmethod
-    def read(cls, folder: Path) -> "RunSummary":
-        return cls(**json.loads((folder / SUMMARY_FILE).read_text()))
+    def read(cls, folder: Path) -> "RunSummary | None":
+        """The summary a wrapped run left in ``folder``; None if it never got to write one."""
+        path = folder / SUMMARY_FILE
+        return cls(**json.loads(path.read_text())) if path.is_file() else None
+
+    def write(self, folder: Path) -> None:
+        (folder / SUMMARY_FILE).write_text(json.dumps(asdict(self), indent=2))
 
 
 def run(command: Sequence[str], out_dir: Path, interval_s: float = 0.2) -> RunSummary:
@@ -83,7 +88,7 @@ def run(command: Sequence[str], out_dir: Path, interval_s: float = 0.2) -> RunSu
     except OSError as exc:
         log.error("cannot start %r: %s", command[0], exc)
         summary = RunSummary(_CANNOT_START, 0.0, 0, False, None, None, job_metrics={"error": str(exc)})
-        (out_dir / SUMMARY_FILE).write_text(json.dumps(asdict(summary), indent=2))
+        summary.write(out_dir)
         return summary
     previous = {sig: signal.signal(sig, lambda s, _f: child.send_signal(s)) for sig in (signal.SIGTERM, signal.SIGINT)}
     samples: list[Sample] = []
@@ -104,7 +109,7 @@ def run(command: Sequence[str], out_dir: Path, interval_s: float = 0.2) -> RunSu
     with (out_dir / SAMPLES_FILE).open("w") as handle:
         for sample in samples:
             handle.write(json.dumps(asdict(sample)) + "\n")
-    (out_dir / SUMMARY_FILE).write_text(json.dumps(asdict(summary), indent=2))
+    summary.write(out_dir)
     return summary
 
 
