@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from horus_airflow.errors import InvalidJobError
+from horus_airflow.features import GraphFeatures, extract_features
 
 PRECISIONS = ("fp32", "amp")
 MAX_BATCH_SIZE = 1 << 20
 MAX_GPUS = 64
+MAX_SEQ_LEN = 1 << 17
 
 
 @dataclass(frozen=True)
 class JobSpec:
-    """A training job: a catalog model (or a user command) with its batch size, input and GPUs.
+    """A training job: a model with its batch size, input and GPUs.
 
-    ``dataset`` None means the model's default dataset. ``command`` None runs the catalog's built-in
+    ``model`` is a catalog name, a user's ``path/to/file.py:factory`` or a ``model.onnx`` file.
+    ``dataset`` None means the model's default dataset; ``seq_len`` overrides a text or translation
+    dataset's sequence length. ``command`` None runs the catalog's built-in
     trainer for ``steps`` steps; otherwise it is the user's own training command, still described by
     ``model`` so that its demand can be predicted.
     """
@@ -28,13 +33,18 @@ class JobSpec:
     steps: int = 20
     command: tuple[str, ...] | None = None
     name: str = field(default="")
+    seq_len: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, str) or not self.model.strip():
-            raise InvalidJobError("model must be a non-empty catalog name, got {!r}".format(self.model))
+            raise InvalidJobError(
+                f"model must be a catalog name, path/to/file.py:factory or model.onnx, got {self.model!r}"
+            )
         _require_int_in("batch_size", self.batch_size, 1, MAX_BATCH_SIZE)
         _require_int_in("gpus", self.gpus, 1, MAX_GPUS)
         _require_int_in("steps", self.steps, 1, 10_000_000)
+        if self.seq_len is not None:
+            _require_int_in("seq_len", self.seq_len, 1, MAX_SEQ_LEN)
         if self.precision not in PRECISIONS:
             raise InvalidJobError(
                 f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}"
@@ -44,7 +54,11 @@ class JobSpec:
 
     @property
     def display_name(self) -> str:
-        return self.name or f"{self.model}-b{self.batch_size}"
+        return self.name or f"{Path(self.model.partition(':')[0]).stem}-b{self.batch_size}"
+
+    def features(self) -> GraphFeatures:
+        """The graph features of this job's training step (cached per process)."""
+        return extract_features(self.model, self.batch_size, self.dataset, self.precision, self.seq_len)
 
 
 def _require_int_in(label: str, value: object, low: int, high: int) -> None:

@@ -11,12 +11,14 @@ from typing import Callable
 
 from horus_airflow.backends import LocalBackend, acquire
 from horus_airflow.backends.local import LaunchedJob
-from horus_airflow.features import GraphFeatures, extract_features
+from horus_airflow.catalog import is_onnx
+from horus_airflow.errors import InvalidJobError
+from horus_airflow.features import GraphFeatures
 from horus_airflow.features.gpus import gpu_spec
 from horus_airflow.jobs import JobSpec
 from horus_airflow.placement import load_profile
-from horus_airflow.predictor import AnalyticPrior, Demand
-from horus_airflow.registry import ProfilingRecord, log_profiling_run
+from horus_airflow.predictor import Demand
+from horus_airflow.registry import ProfilingRecord, load_predictor, log_profiling_run
 from horus_airflow.settings import Settings
 from horus_airflow.telemetry import RunSummary
 
@@ -41,20 +43,30 @@ class JobOutcome:
     ledger_conflicts: int
 
 
-def predict_demand(spec: JobSpec, job_id: str, gpu_types: list[str]) -> tuple[GraphFeatures, Demand]:
-    features = extract_features(spec)
-    demand = AnalyticPrior().predict(job_id, features, spec.gpus, [gpu_spec(t) for t in gpu_types])
-    return features, demand
+def predict_demand(
+    spec: JobSpec, job_id: str, gpu_types: list[str], settings: Settings
+) -> tuple[GraphFeatures, Demand]:
+    """Features of the job's graph, then the champion predictor's (or the prior's) demand per GPU type."""
+    features = spec.features()
+    predictor = load_predictor(settings)
+    return features, predictor.predict(job_id, features, spec.gpus, [gpu_spec(t) for t in gpu_types])
 
 
 def training_command(spec: JobSpec) -> list[str]:
-    """The user's command, or the built-in trainer for a catalog model."""
+    """The user's command, or the built-in trainer for a catalog model or a user's module."""
     if spec.command:
         return list(spec.command)
+    if is_onnx(spec.model):
+        raise InvalidJobError(
+            f"an ONNX model ({spec.model!r}) cannot be trained by the built-in trainer: give command=[...] "
+            "that trains it; Horus predicts its demand from the graph"
+        )
     command = [sys.executable, "-m", "horus_airflow.catalog.train", "--model", spec.model]
     command += ["--batch-size", str(spec.batch_size), "--steps", str(spec.steps)]
     if spec.dataset:
         command += ["--dataset", spec.dataset]
+    if spec.seq_len:
+        command += ["--seq-len", str(spec.seq_len)]
     if spec.precision == "amp":
         command.append("--amp")
     return command
@@ -74,14 +86,15 @@ def run_job(
     profile = load_profile(profile_name or settings.profile)
     backend = LocalBackend(settings)
     job_id = f"{spec.display_name}-{uuid.uuid4().hex[:8]}"
-    features, demand = predict_demand(spec, job_id, sorted({g.gpu_type for g in backend.gpus}))
+    features, demand = predict_demand(spec, job_id, sorted({g.gpu_type for g in backend.gpus}), settings)
+    command = training_command(spec)
     acquired = acquire(backend, demand, profile, owner, placement_timeout_s)
     decision, reservation = acquired.decision, acquired.reservation
     placed_on = tuple(gpu for gpu in acquired.state.gpus if gpu.gpu_id in decision.gpu_ids)
     log.info("placed %s: %s", job_id, decision.reason)
     run_dir = settings.runs_dir / job_id
     try:
-        job = backend.launch(training_command(spec), reservation, run_dir)
+        job = backend.launch(command, reservation, run_dir)
         if on_launch:
             on_launch(job)
         summary: RunSummary = backend.wait(job, reservation)

@@ -1,20 +1,25 @@
-"""Built-in workloads: catalog names to PyTorch modules plus the inputs their datasets imply."""
+"""Built-in workloads: catalog names (or a user's own module) to PyTorch modules plus the inputs their
+datasets imply."""
 
 from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
 
+import torch
 from torch import nn
 
-from horus_airflow.catalog.datasets import DATASETS, Dataset
-from horus_airflow.catalog.models import WORKLOADS, Workload
+from horus_airflow.catalog.datasets import DATASETS, Batch, Dataset, with_seq_len
+from horus_airflow.catalog.models import OPTIMIZER_STATE, WORKLOADS, Loss, Workload, output_mean
+from horus_airflow.catalog.user import build_user_module, is_user_module, load_factory
 from horus_airflow.errors import InvalidJobError
+
+ONNX_SUFFIX = ".onnx"
 
 
 @dataclass(frozen=True)
 class ResolvedWorkload:
-    """A catalog model paired with a dataset it can train on."""
+    """A model paired with a dataset it can train on."""
 
     workload: Workload
     dataset: Dataset
@@ -22,22 +27,53 @@ class ResolvedWorkload:
     def build(self) -> nn.Module:
         return self.workload.build(self.dataset)
 
+    def batch(self, batch_size: int, device: torch.device | str) -> Batch:
+        return self.dataset.batch(batch_size, device, vocab=self.workload.vocab)
 
-def resolve(model: str, dataset: str | None = None) -> ResolvedWorkload:
-    """Pair a model name with a dataset, or explain which names and pairings are accepted."""
+    @property
+    def loss(self) -> Loss:
+        return self.workload.loss
+
+    @property
+    def optimizer_state_factor(self) -> int:
+        return OPTIMIZER_STATE[self.workload.optimizer]
+
+
+def is_onnx(model: str) -> bool:
+    return model.lower().endswith(ONNX_SUFFIX)
+
+
+def resolve_dataset(name: str, seq_len: int | None = None) -> Dataset:
+    data = DATASETS.get(name)
+    if data is None:
+        raise InvalidJobError(_unknown("dataset", name, DATASETS))
+    return with_seq_len(data, seq_len) if seq_len is not None else data
+
+
+def resolve(model: str, dataset: str | None = None, seq_len: int | None = None) -> ResolvedWorkload:
+    """Pair a model with a dataset, or explain which names and pairings are accepted."""
+    if is_user_module(model):
+        if dataset is None:
+            raise InvalidJobError(
+                f"user model {model!r} needs a dataset to know its input; accepted: {', '.join(sorted(DATASETS))}"
+            )
+        factory = load_factory(model)
+        workload = Workload(
+            name=model, family=f"user:{model.rpartition(':')[0]}", input_kinds=(resolve_dataset(dataset).kind,),
+            default_dataset=dataset, build=lambda _data: build_user_module(factory, model), loss=output_mean,
+            optimizer="adam",
+        )
+        return ResolvedWorkload(workload, resolve_dataset(dataset, seq_len))
+    if is_onnx(model):
+        raise InvalidJobError(f"{model!r} is an ONNX graph: it can be predicted for, not built as a PyTorch module")
     workload = WORKLOADS.get(model)
     if workload is None:
-        raise InvalidJobError(_unknown("model", model, WORKLOADS))
-    data_name = dataset or workload.default_dataset
-    data = DATASETS.get(data_name)
-    if data is None:
-        raise InvalidJobError(_unknown("dataset", data_name, DATASETS))
-    if data.kind != workload.input_kind:
-        fitting = sorted(n for n, d in DATASETS.items() if d.kind == workload.input_kind)
-        raise InvalidJobError(
-            f"model {model!r} takes {workload.input_kind} input but dataset {data_name!r} gives "
-            f"{data.kind}; datasets that fit {model!r}: {', '.join(fitting)}"
-        )
+        raise InvalidJobError(_unknown("model", model, WORKLOADS) + " Or give path/to/file.py:factory or model.onnx.")
+    data = resolve_dataset(dataset or workload.default_dataset, seq_len)
+    misfit = workload.misfit(data)
+    if misfit:
+        fitting = sorted(n for n, d in DATASETS.items() if workload.misfit(d) is None)
+        raise InvalidJobError(f"model {model!r} {misfit}; datasets that fit {model!r}: {', '.join(fitting)}")
     return ResolvedWorkload(workload, data)
 
 
@@ -47,4 +83,4 @@ def _unknown(what: str, name: str, accepted: dict[str, object]) -> str:
     return f"unknown {what} {name!r}.{hint} Accepted: {', '.join(sorted(accepted))}."
 
 
-__all__ = ["DATASETS", "WORKLOADS", "ResolvedWorkload", "Workload", "resolve"]
+__all__ = ["DATASETS", "WORKLOADS", "ResolvedWorkload", "Workload", "is_onnx", "resolve", "resolve_dataset"]

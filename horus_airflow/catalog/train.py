@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import torch
-from torch import nn
 
 from horus_airflow.catalog import resolve
 from horus_airflow.telemetry.wrapper import METRICS_FILE_ENV
@@ -23,21 +22,24 @@ from horus_airflow.telemetry.wrapper import METRICS_FILE_ENV
 log = logging.getLogger(__name__)
 
 
-def train(model: str, dataset: str | None, batch_size: int, steps: int, amp: bool) -> dict[str, float | str]:
-    resolved = resolve(model, dataset)
+def train(
+    model: str, dataset: str | None, batch_size: int, steps: int, amp: bool, seq_len: int | None = None
+) -> dict[str, float | str]:
+    resolved = resolve(model, dataset, seq_len)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     net = resolved.build().to(device)
-    optimizer = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
-    loss_fn = nn.CrossEntropyLoss()
-    inputs, targets = resolved.dataset.batch(batch_size, device)
+    if resolved.workload.optimizer == "adam":
+        optimizer: torch.optim.Optimizer = torch.optim.Adam(net.parameters(), lr=1e-4)
+    else:
+        optimizer = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    inputs, targets = resolved.batch(batch_size, device)
     use_amp = amp and device.type == "cuda"
     scaler = torch.amp.GradScaler(device.type, enabled=use_amp)
 
     def step() -> float:
         optimizer.zero_grad(set_to_none=True)
         with torch.autocast(device.type, enabled=use_amp):
-            logits = net(inputs)
-            loss = loss_fn(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
+            loss = resolved.loss(net(*inputs), targets)
         scaler.scale(loss).backward()
         scaler.step(optimizer)
         scaler.update()
@@ -68,10 +70,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dataset")
     parser.add_argument("--batch-size", type=int, required=True)
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--seq-len", type=int)
     parser.add_argument("--amp", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    metrics = train(args.model, args.dataset, args.batch_size, args.steps, args.amp)
+    metrics = train(args.model, args.dataset, args.batch_size, args.steps, args.amp, args.seq_len)
     log.info("trained %s for %d steps: %s", args.model, args.steps, metrics)
     target = os.environ.get(METRICS_FILE_ENV)
     if target:

@@ -1,82 +1,278 @@
-"""Graph features of one training step, counted on the meta device so no real memory is touched."""
+"""Graph features of one training step, counted on the meta device so no real memory is touched.
+
+FLOPs of matrix products, convolutions and attention are PyTorch's own counts
+(``torch.utils.flop_counter``); normalization and elementwise work, which that counter leaves out,
+is counted from the output sizes of every other operator the step dispatches.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import logging
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Mapping
 
 import torch
 from torch import nn
-from torch.utils.flop_counter import FlopCounterMode, conv_flop_count
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import FlopCounterMode, conv_flop_count, flop_registry
 
-from horus_airflow.catalog import resolve
-from horus_airflow.jobs import JobSpec
+from horus_airflow.catalog import ResolvedWorkload, resolve
+from horus_airflow.catalog.user import is_user_module
+from horus_airflow.errors import InvalidJobError
 
-_BYTES = {"fp32": 4, "amp": 2}
+log = logging.getLogger(__name__)
+
+PRECISION_BYTES = {"fp32": 4, "amp": 2}
+
+# Layer classes counted by type; the order decides where a module that is several things goes.
+_LAYER_TYPES: tuple[tuple[str, tuple[type[nn.Module], ...]], ...] = (
+    ("attention", (nn.MultiheadAttention,)),
+    ("recurrent", (nn.RNNBase, nn.RNNCellBase)),
+    ("conv", (nn.modules.conv._ConvNd,)),
+    ("linear", (nn.Linear, nn.Bilinear)),
+    ("embedding", (nn.Embedding, nn.EmbeddingBag)),
+    ("norm", (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm, nn.LocalResponseNorm, nn.RMSNorm)),
+    ("pool", (nn.modules.pooling._MaxPoolNd, nn.modules.pooling._AvgPoolNd, nn.modules.pooling._AdaptiveAvgPoolNd,
+              nn.modules.pooling._AdaptiveMaxPoolNd)),
+    ("dropout", (nn.modules.dropout._DropoutNd,)),
+)
+_CONV_OPS = {torch.ops.aten.convolution, torch.ops.aten.convolution_backward, torch.ops.aten._convolution}
+_NORM_OP_WORDS = ("batch_norm", "layer_norm", "group_norm", "instance_norm", "rms_norm")
+_NORM_FLOPS_PER_ELEMENT = 5  # centre, square, scale by the deviation, then affine scale and shift
+_DATA_MOVEMENT_OPS = {"aten::copy_", "aten::clone", "aten::_to_copy", "aten::detach", "aten::lift_fresh"}
 
 
 @dataclass(frozen=True)
 class GraphFeatures:
-    """What the predictor knows about a job before it runs (per training step, whole batch)."""
+    """What the predictor knows about a job before it runs: one training step over the whole batch.
+
+    ``traced`` False means the graph could not be run, so FLOPs and activations are estimated from the
+    parameter count and input size (low confidence). ``source`` is ``catalog``, ``module`` (a user's
+    ``file.py:factory``) or ``onnx``.
+    """
 
     model: str
     family: str
     dataset: str
+    input_kind: str
+    source: str
+    traced: bool
     batch_size: int
     precision: str
+    precision_bytes: int
+    optimizer_state_factor: int
     forward_flops: int
     train_flops: int
+    flops_conv: int
+    flops_matmul: int
+    flops_attention: int
+    flops_recurrent: int
+    flops_norm: int
+    flops_elementwise: int
     params: int
     param_bytes: int
     activation_bytes: int
     input_bytes: int
+    input_elements: int
+    host_us_per_sample: float
     layers: int
+    depth: int
+    layers_conv: int
+    layers_linear: int
+    layers_attention: int
+    layers_recurrent: int
+    layers_norm: int
+    layers_activation: int
+    layers_pool: int
+    layers_embedding: int
+    layers_dropout: int
 
     def as_params(self) -> dict[str, str]:
         """Flat string form for MLflow params and XCom."""
         return {f"feature.{k}": str(v) for k, v in asdict(self).items()}
 
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, object]) -> GraphFeatures:
+        """Read features back from strings or loosely typed values (MLflow params without their
+        ``feature.`` prefix, a CSV row)."""
+        return cls(**{f.name: _typed(str(f.type), values[f.name]) for f in fields(cls)})
 
-def extract_features(spec: JobSpec) -> GraphFeatures:
-    """Count FLOPs of forward and backward and the activations a step keeps, at the job's batch size."""
-    resolved = resolve(spec.model, spec.dataset)
-    element_bytes = _BYTES[spec.precision]
+
+def _typed(kind: str, value: object) -> object:
+    if kind == "bool":
+        return value if isinstance(value, bool) else str(value).lower() == "true"
+    if kind == "int":
+        return int(float(value))  # type: ignore[arg-type]
+    return float(value) if kind == "float" else str(value)  # type: ignore[arg-type]
+
+
+NUMERIC_FEATURES = tuple(f.name for f in fields(GraphFeatures) if f.type in ("int", "float"))
+
+
+def torch_features(
+    model: str, batch_size: int, dataset: str | None = None, precision: str = "fp32", seq_len: int | None = None
+) -> GraphFeatures:
+    """Features of a catalog model or a user's ``file.py:factory`` at this batch size and precision."""
+    resolved = resolve(model, dataset, seq_len)
+    return features_of(resolved, batch_size, precision, source="module" if is_user_module(model) else "catalog")
+
+
+def features_of(resolved: ResolvedWorkload, batch_size: int, precision: str, source: str = "catalog") -> GraphFeatures:
+    """Build the model and one batch on the meta device, run forward and backward, count."""
+    if precision not in PRECISION_BYTES:
+        raise InvalidJobError(f"precision must be one of {', '.join(PRECISION_BYTES)}, got {precision!r}")
     with torch.device("meta"):
         net = resolved.build()
-        inputs, targets = resolved.dataset.batch(spec.batch_size, "meta")
+        inputs, targets = resolved.batch(batch_size, "meta")
+    net.train()
+    layer_counts = count_layers(net)
+    params = sum(p.numel() for p in net.parameters())
+    element_bytes = PRECISION_BYTES[precision]
+    data = resolved.dataset
+    common: dict[str, Any] = dict(
+        model=resolved.workload.name,
+        family=resolved.workload.family,
+        dataset=data.name,
+        input_kind=data.kind,
+        source=source,
+        batch_size=batch_size,
+        precision=precision,
+        precision_bytes=element_bytes,
+        optimizer_state_factor=resolved.optimizer_state_factor,
+        params=params,
+        param_bytes=params * 4,
+        input_bytes=sum(t.numel() * t.element_size() for t in inputs),
+        input_elements=data.sample_elements,
+        host_us_per_sample=data.host_us_per_sample,
+        **layer_counts,
+    )
+    try:
+        counted = _count_step(net, inputs, targets, resolved)
+    except InvalidJobError:
+        raise
+    except Exception as exc:  # a graph the meta device cannot run: data-dependent control flow, .item(), numpy
+        log.warning("cannot trace %s on the meta device (%s: %s); estimating from parameters and input",
+                    resolved.workload.name, type(exc).__name__, exc)
+        return GraphFeatures(traced=False, **_estimate_untraced(params, batch_size, data.sample_elements, element_bytes), **common)
+    return GraphFeatures(traced=True, activation_bytes=counted.pop("activation_elements") * element_bytes, **counted, **common)
+
+
+def _count_step(net: nn.Module, inputs: tuple[torch.Tensor, ...], targets: torch.Tensor, resolved: ResolvedWorkload) -> dict[str, int]:
     activation_elements = 0
-    leaves = [m for m in net.modules() if not list(m.children())]
 
     def count_outputs(_module: nn.Module, _args: object, output: object) -> None:
         nonlocal activation_elements
-        for tensor in _tensors(output):
-            activation_elements += tensor.numel()
+        activation_elements += sum(t.numel() for t in _tensors(output))
 
+    leaves = [m for m in net.modules() if not list(m.children())]
     handles = [leaf.register_forward_hook(count_outputs) for leaf in leaves]
     try:
-        with flop_counter() as forward_counter:
-            logits = net(inputs)
-        with flop_counter() as backward_counter:
-            loss = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
-            loss.backward()
+        with _ElementwiseCounter() as elementwise:
+            with flop_counter() as forward:
+                output = net(*inputs)
+            with flop_counter() as backward:
+                resolved.loss(output, targets).backward()
     finally:
         for handle in handles:
             handle.remove()
-    forward = forward_counter.get_total_flops()
-    params = sum(p.numel() for p in net.parameters())
-    return GraphFeatures(
-        model=resolved.workload.name,
-        family=resolved.workload.family,
-        dataset=resolved.dataset.name,
-        batch_size=spec.batch_size,
-        precision=spec.precision,
-        forward_flops=forward,
-        train_flops=forward + backward_counter.get_total_flops(),
-        params=params,
-        param_bytes=params * 4,
-        activation_bytes=activation_elements * element_bytes,
-        input_bytes=resolved.dataset.sample_bytes() * spec.batch_size,
-        layers=len(leaves),
+    return dict(
+        forward_flops=forward.get_total_flops(),
+        train_flops=forward.get_total_flops() + backward.get_total_flops(),
+        flops_norm=elementwise.norm_elements * _NORM_FLOPS_PER_ELEMENT,
+        flops_elementwise=elementwise.other_elements,
+        activation_elements=activation_elements,
+        **_flops_by_class(net, forward, backward),
     )
+
+
+def _flops_by_class(net: nn.Module, forward: FlopCounterMode, backward: FlopCounterMode) -> dict[str, int]:
+    """Split the training step's FLOPs by operator class.
+
+    Convolutions are told apart by operator, exactly. Attention and recurrent work is told apart by the
+    module it runs in, which is only reliable in the forward pass (the counter's backward module
+    tracking attributes some gradients twice), so their backward share is taken in the proportion the
+    forward pass shows. Matrix products outside those modules are the rest.
+    """
+    def conv_of(per_op: dict) -> int:
+        return sum(v for op, v in per_op.items() if op in _CONV_OPS)
+
+    counts = forward.get_flop_counts()
+    root = type(net).__name__
+    owned = {"attention": 0, "recurrent": 0}
+    for name, module in net.named_modules():
+        if isinstance(module, nn.MultiheadAttention):
+            kind = "attention"
+        elif isinstance(module, (nn.RNNBase, nn.RNNCellBase)):
+            kind = "recurrent"
+        else:
+            continue
+        per_op = counts.get(f"{root}.{name}" if name else root, {})
+        owned[kind] += sum(per_op.values()) - conv_of(per_op)
+    forward_totals = counts.get("Global", {})
+    owned["attention"] += sum(v for op, v in forward_totals.items() if "scaled_dot_product" in str(op))
+    owned["attention"] -= sum(
+        v for name, m in net.named_modules() if isinstance(m, nn.MultiheadAttention)
+        for op, v in counts.get(f"{root}.{name}", {}).items() if "scaled_dot_product" in str(op)
+    )
+    conv_forward = conv_of(forward_totals)
+    conv = conv_forward + conv_of(backward.get_flop_counts().get("Global", {}))
+    forward_other = forward.get_total_flops() - conv_forward
+    train_other = forward.get_total_flops() + backward.get_total_flops() - conv
+    scale = train_other / forward_other if forward_other else 0.0
+    attention, recurrent = round(owned["attention"] * scale), round(owned["recurrent"] * scale)
+    return dict(flops_conv=conv, flops_matmul=train_other - attention - recurrent, flops_attention=attention,
+                flops_recurrent=recurrent)
+
+
+def count_layers(net: nn.Module) -> dict[str, int]:
+    counts = {f"layers_{kind}": 0 for kind, _ in _LAYER_TYPES}
+    counts["layers_activation"] = 0
+    leaves = 0
+    for module in net.modules():
+        is_leaf = not list(module.children())
+        leaves += is_leaf
+        kind = next((k for k, types in _LAYER_TYPES if isinstance(module, types)), None)
+        if kind is not None:
+            counts[f"layers_{kind}"] += 1
+        elif is_leaf and type(module).__module__ == "torch.nn.modules.activation":
+            counts["layers_activation"] += 1
+    weight_layers = ("conv", "linear", "recurrent", "attention")
+    return {**counts, "layers": leaves, "depth": sum(counts[f"layers_{k}"] for k in weight_layers)}
+
+
+def _estimate_untraced(params: int, batch_size: int, sample_elements: int, element_bytes: int) -> dict[str, int]:
+    """Without a graph: each weight is used once per sample (2 FLOPs), backward costs twice forward,
+    and activations are taken as one input-sized tensor per square root of the parameter count."""
+    forward = 2 * params * batch_size
+    activations = batch_size * sample_elements * max(1, int(math.sqrt(params) / 10))
+    return dict(
+        forward_flops=forward, train_flops=3 * forward, flops_conv=0, flops_matmul=3 * forward, flops_attention=0,
+        flops_recurrent=0, flops_norm=0, flops_elementwise=0, activation_bytes=activations * element_bytes,
+    )
+
+
+class _ElementwiseCounter(TorchDispatchMode):
+    """Output elements of every operator the FLOP counter does not cover (views and copies excluded)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm_elements = 0
+        self.other_elements = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        name = func.name()
+        if func.overloadpacket in flop_registry or func.is_view or name in _DATA_MOVEMENT_OPS:
+            return out
+        if not any(isinstance(a, torch.Tensor) for a in args):
+            return out
+        elements = sum(t.numel() for t in _tensors(out))
+        if any(word in name for word in _NORM_OP_WORDS):
+            self.norm_elements += elements
+        else:
+            self.other_elements += elements
+        return out
 
 
 def flop_counter() -> FlopCounterMode:

@@ -99,7 +99,7 @@ def _why(demand: Demand, chosen: list[Candidate], by_id: dict[str, GpuState], pa
     gpus = ",".join(c.gpu_id for c in chosen)
     return (
         f"{gpus} ({first.gpu_type}): {sharing}; lowest cost {chosen[0].cost:.2f} "
-        f"of {passing} feasible / {total} GPUs"
+        f"of {passing} feasible / {total} GPUs; {demand.explained()}"
     )
 
 
@@ -110,4 +110,4 @@ def _why_not(demand: Demand, candidates: tuple[Candidate, ...]) -> str:
     if passing and passing < demand.gpus:
         return f"needs {demand.gpus} GPUs on one node, only {passing} feasible"
     shown = "; ".join(f"{c.gpu_id}: {c.rejection}" for c in candidates[:4])
-    return f"no feasible GPU ({shown})"
+    return f"no feasible GPU ({shown}); {demand.explained()}"

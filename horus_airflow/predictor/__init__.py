@@ -1,4 +1,5 @@
-"""Predicted GPU demand of a job: utilization (mean, p90) and peak memory, per GPU type."""
+"""Predicted GPU demand of a job: utilization (mean, p90) and peak memory, per GPU type, from the
+analytic prior or a trained LightGBM model."""
 
 from horus_airflow.predictor.demand import Demand, GpuDemand
 from horus_airflow.predictor.prior import AnalyticPrior

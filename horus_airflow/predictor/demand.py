@@ -19,12 +19,23 @@ class GpuDemand:
 
 @dataclass(frozen=True)
 class Demand:
-    """A job's predicted demand on every GPU type it could land on; ``predictor`` says who predicted it."""
+    """A job's predicted demand on every GPU type it could land on.
+
+    ``predictor`` says who predicted it (``prior`` or ``name/version`` of a registered model);
+    ``confidence`` is ``low`` when the graph could not be traced; ``notes`` say why a fallback was used.
+    """
 
     job_id: str
     gpus: int
     per_type: Mapping[str, GpuDemand] = field(default_factory=dict)
     predictor: str = "prior"
+    confidence: str = "normal"
+    notes: tuple[str, ...] = ()
+
+    def explained(self) -> str:
+        """One line for placement explanations."""
+        extra = "; ".join((*(("low confidence: graph not traced",) if self.confidence == "low" else ()), *self.notes))
+        return f"predicted by {self.predictor}" + (f" ({extra})" if extra else "")
 
     def on(self, gpu_type: str) -> GpuDemand:
         try:

@@ -1,7 +1,9 @@
-"""Analytic prior: a roofline estimate of GPU busy time against host-side time per training step.
+"""Analytic prior: a roofline estimate of GPU busy time against host-side time per training step, and
+peak memory from what a step keeps resident.
 
-Used alone until a trained model exists. Its constants are round engineering figures, not fitted to
-data; the trained predictor replaces it where measurements exist.
+Used alone until a trained model exists, and as an input of the trained model. Its constants are
+round engineering figures, not fitted to data; the trained predictor corrects it where measurements
+exist.
 """
 
 from __future__ import annotations
@@ -16,19 +18,32 @@ _MIB = 1024 * 1024
 
 
 @dataclass(frozen=True)
+class PriorEstimate:
+    """The prior's intermediate quantities; the trained model uses them as features."""
+
+    gpu_s: float
+    host_s: float
+    util: float
+    mem_mib: float
+
+
+@dataclass(frozen=True)
 class AnalyticPrior:
     """GPU time = max(FLOPs / achievable FLOP/s, bytes / achievable bandwidth) + kernel floors;
-    host time = op dispatch + input copy; utilization = GPU time / step time."""
+    host time = kernel dispatch + input copy + per-sample loading or environment work;
+    utilization = GPU time / step time (NVML counts a memory-bound kernel as busy too).
+    Memory = CUDA context + weights, gradients and optimizer state + saved activations + workspace."""
 
     compute_efficiency: float = 0.45
+    recurrent_efficiency: float = 0.15  # small sequential products per time step
     bandwidth_efficiency: float = 0.6
     kernel_floor_s: float = 3e-6
     dispatch_s_per_kernel: float = 12e-6
     host_to_device_gbs: float = 10.0
-    optimizer_state_factor: float = 1.0  # SGD with momentum: one extra copy of the weights
     cuda_context_mib: float = 500.0
     workspace_fraction: float = 0.1
     p90_margin: float = 1.1
+    notes: tuple[str, ...] = ()  # why the prior is used, for placement explanations
 
     name = "prior"
 
@@ -38,18 +53,30 @@ class AnalyticPrior:
             gpus=gpus,
             per_type={spec.name: self.predict_one(features, spec) for spec in specs},
             predictor=self.name,
+            confidence="normal" if features.traced else "low",
+            notes=self.notes,
         )
 
     def predict_one(self, features: GraphFeatures, spec: GpuSpec) -> GpuDemand:
-        peak_tflops = spec.fp16_tensor_tflops if features.precision == "amp" else spec.fp32_tflops
-        kernels = features.layers * 3 + 2
-        compute_s = features.train_flops / (peak_tflops * 1e12 * self.compute_efficiency)
-        traffic = 3 * features.activation_bytes + 4 * features.param_bytes
+        estimate = self.estimate(features, spec)
+        return GpuDemand(util=estimate.util, util_p90=min(100.0, estimate.util * self.p90_margin), mem_mib=estimate.mem_mib)
+
+    def estimate(self, features: GraphFeatures, spec: GpuSpec) -> PriorEstimate:
+        peak = (spec.fp16_tensor_tflops if features.precision == "amp" else spec.fp32_tflops) * 1e12
+        dense = features.flops_conv + features.flops_matmul + features.flops_attention
+        compute_s = dense / (peak * self.compute_efficiency) + features.flops_recurrent / (peak * self.recurrent_efficiency)
+        state_bytes = features.param_bytes * (2 + features.optimizer_state_factor)
+        traffic = 3 * features.activation_bytes + 2 * state_bytes
         memory_s = traffic / (spec.memory_bandwidth_gbs * 1e9 * self.bandwidth_efficiency)
+        kernels = 3 * features.layers + 2
         gpu_s = max(compute_s, memory_s) + kernels * self.kernel_floor_s
-        host_s = kernels * self.dispatch_s_per_kernel + features.input_bytes / (self.host_to_device_gbs * 1e9)
+        host_s = (
+            kernels * self.dispatch_s_per_kernel
+            + features.input_bytes / (self.host_to_device_gbs * 1e9)
+            + features.batch_size * features.host_us_per_sample * 1e-6
+        )
         util = min(100.0, max(1.0, 100.0 * gpu_s / max(gpu_s, host_s)))
-        state_bytes = features.param_bytes * (2 + self.optimizer_state_factor)
-        tensors_mib = (state_bytes + features.activation_bytes + features.input_bytes) / _MIB
-        mem = self.cuda_context_mib + tensors_mib * (1 + self.workspace_fraction)
-        return GpuDemand(util=util, util_p90=min(100.0, util * self.p90_margin), mem_mib=mem)
+        amp_copy = features.params * 2 if features.precision == "amp" else 0
+        tensors = state_bytes + amp_copy + features.activation_bytes + features.input_bytes
+        mem = self.cuda_context_mib + tensors / _MIB * (1 + self.workspace_fraction)
+        return PriorEstimate(gpu_s=gpu_s, host_s=host_s, util=util, mem_mib=mem)

@@ -9,22 +9,18 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from mlflow.entities import Metric, Param, Run, RunStatus
 
 from horus_airflow.features.graph import GraphFeatures
 from horus_airflow.jobs import JobSpec
 from horus_airflow.placement import Decision, GpuState
 from horus_airflow.predictor.demand import GpuDemand
+from horus_airflow.registry.store import client, experiment_id
 from horus_airflow.settings import Settings
 from horus_airflow.telemetry import RunSummary
-
-os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-
-from mlflow.entities import Metric, Param, Run, RunStatus  # noqa: E402
-from mlflow.exceptions import MlflowException  # noqa: E402
-from mlflow.tracking import MlflowClient  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -44,25 +40,6 @@ class ProfilingRecord:
     summary: RunSummary
     run_dir: Path
     context_tags: dict[str, str] = field(default_factory=dict)
-
-
-def client(settings: Settings) -> MlflowClient:
-    return MlflowClient(tracking_uri=settings.mlflow_tracking_uri)
-
-
-def experiment_id(mlflow: MlflowClient, settings: Settings, name: str) -> str:
-    """Get or create the experiment, keeping its artifacts under HORUS_HOME for local stores."""
-    existing = mlflow.get_experiment_by_name(name)
-    if existing is not None:
-        return existing.experiment_id
-    location = settings.mlflow_artifact_root.as_uri() if _is_local(settings.mlflow_tracking_uri) else None
-    try:
-        return mlflow.create_experiment(name, artifact_location=location)
-    except MlflowException:  # another worker created it first
-        found = mlflow.get_experiment_by_name(name)
-        if found is None:
-            raise
-        return found.experiment_id
 
 
 def profiling_runs(settings: Settings, airflow_run_id: str) -> list[Run]:
@@ -135,7 +112,3 @@ def _tags(record: ProfilingRecord) -> dict[str, str]:
         "horus.exit_code": str(record.summary.exit_code),
         **record.context_tags,
     }
-
-
-def _is_local(uri: str) -> bool:
-    return uri.startswith(("sqlite:", "file:")) or "://" not in uri

@@ -1,0 +1,157 @@
+"""The trained predictor: LightGBM models over graph features, the GPU's spec and the analytic prior's
+own estimate, one per target. The p90 model is a quantile (alpha 0.9) model, so placement can be
+conservative. A target without measurements keeps the prior's estimate.
+
+Each model learns a correction of the prior in log space (``log1p(measured) - log1p(prior)``), not the
+target itself: on a model family it has never seen, a tree model falls back to corrections learned
+elsewhere instead of to the mean of the training targets, and the error it minimises is the relative
+one that RMSLE measures. Held-out-family evaluation on the seed data chose this (docs/PREDICTOR.md).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import lightgbm as lgb
+import numpy as np
+import pandas as pd
+
+from horus_airflow.features.gpus import GpuSpec, gpu_spec
+from horus_airflow.features.graph import GraphFeatures
+from horus_airflow.predictor.dataset import TARGETS
+from horus_airflow.predictor.demand import Demand, GpuDemand
+from horus_airflow.predictor.prior import AnalyticPrior
+
+INPUT_KINDS = ("image", "text", "translation", "interactions", "points", "frames", "state", "tensor")
+_LOG_FEATURES = ("train_flops", "flops_conv", "flops_matmul", "flops_attention", "flops_recurrent", "flops_norm",
+                 "flops_elementwise", "params", "activation_bytes", "input_bytes", "batch_size", "host_us_per_sample")
+_SHARES = ("flops_conv", "flops_matmul", "flops_attention", "flops_recurrent")
+DESIGN_COLUMNS = (
+    *(f"log_{name}" for name in _LOG_FEATURES),
+    *(f"share_{name}" for name in _SHARES),
+    "precision_bytes", "optimizer_state_factor", "depth", "layers", "traced",
+    "gpu_log_fp32_tflops", "gpu_log_fp16_tflops", "gpu_bandwidth_gbs", "gpu_memory_mib", "gpu_sm_count",
+    "prior_util", "prior_log_gpu_s", "prior_log_host_s", "prior_log_mem_mib",
+    "input_kind",
+)
+MIN_ROWS_PER_TARGET = 8
+
+
+@dataclass(frozen=True)
+class Hyperparameters:
+    """Sized for the few hundred rows a profiling campaign yields; leaves may hold 3 rows."""
+
+    n_estimators: int = 100
+    learning_rate: float = 0.05
+    num_leaves: int = 4
+    min_child_samples: int = 5
+    subsample: float = 0.8
+    colsample_bytree: float = 0.8
+    p90_alpha: float = 0.9
+    seed: int = 7
+
+    def regressor(self, objective: str) -> lgb.LGBMRegressor:
+        extra = {"alpha": self.p90_alpha} if objective == "quantile" else {}
+        return lgb.LGBMRegressor(
+            objective=objective, n_estimators=self.n_estimators, learning_rate=self.learning_rate,
+            num_leaves=self.num_leaves, min_child_samples=self.min_child_samples, subsample=self.subsample,
+            subsample_freq=1, colsample_bytree=self.colsample_bytree, random_state=self.seed,
+            min_data_in_bin=1, verbose=-1, deterministic=True, force_col_wise=True, **extra,
+        )
+
+
+def design_row(features: GraphFeatures, spec: GpuSpec, prior: AnalyticPrior) -> list[float]:
+    estimate = prior.estimate(features, spec)
+    train = max(features.train_flops, 1)
+    return [
+        *(math.log10(1.0 + float(getattr(features, name))) for name in _LOG_FEATURES),
+        *(getattr(features, name) / train for name in _SHARES),
+        features.precision_bytes, features.optimizer_state_factor, features.depth, features.layers, float(features.traced),
+        math.log10(spec.fp32_tflops), math.log10(spec.fp16_tensor_tflops), spec.memory_bandwidth_gbs, spec.memory_mib,
+        spec.sm_count,
+        estimate.util, math.log10(estimate.gpu_s), math.log10(max(estimate.host_s, 1e-9)), math.log10(estimate.mem_mib),
+        float(INPUT_KINDS.index(features.input_kind)) if features.input_kind in INPUT_KINDS else float(len(INPUT_KINDS)),
+    ]
+
+
+def design_matrix(rows: pd.DataFrame, prior: AnalyticPrior) -> pd.DataFrame:
+    matrix = [design_row(GraphFeatures.from_mapping(row), gpu_spec(row["gpu_type"]), prior) for _, row in rows.iterrows()]
+    return pd.DataFrame(matrix, columns=list(DESIGN_COLUMNS))
+
+
+def _prior_log(design: pd.DataFrame, target: str, prior: AnalyticPrior) -> np.ndarray:
+    """``log1p`` of the prior's estimate of ``target`` for each design row."""
+    if target == "gpu_mem_mib":
+        return np.log1p(10 ** design["prior_log_mem_mib"].to_numpy())
+    margin = prior.p90_margin if target == "gpu_util_p90" else 1.0
+    return np.log1p(np.minimum(design["prior_util"].to_numpy() * margin, 100.0))
+
+
+@dataclass
+class UtilizationModel:
+    """Plain estimator: ``fit`` on validated training rows, then ``predict``."""
+
+    hyperparameters: Hyperparameters = field(default_factory=Hyperparameters)
+    prior: AnalyticPrior = field(default_factory=AnalyticPrior)
+    regressors: dict[str, lgb.LGBMRegressor] = field(default_factory=dict)
+    trained_rows: dict[str, int] = field(default_factory=dict)
+
+    def fit(self, rows: pd.DataFrame) -> UtilizationModel:
+        design = design_matrix(rows, self.prior)
+        self.regressors, self.trained_rows = {}, {}
+        for target in TARGETS:
+            known = rows[target].notna().to_numpy()
+            if known.sum() < MIN_ROWS_PER_TARGET:
+                continue
+            measured = rows.loc[known, target].to_numpy(dtype=float)
+            correction = np.log1p(measured) - _prior_log(design[known], target, self.prior)
+            objective = "quantile" if target == "gpu_util_p90" else "regression"
+            regressor = self.hyperparameters.regressor(objective)
+            regressor.fit(design[known], correction, categorical_feature=["input_kind"])
+            self.regressors[target] = regressor
+            self.trained_rows[target] = int(known.sum())
+        return self
+
+    def predict_design(self, design: pd.DataFrame) -> pd.DataFrame:
+        """Predictions for design rows; a target without a trained model gets the prior's estimate."""
+        out = pd.DataFrame(index=design.index)
+        for target in TARGETS:
+            log_value = _prior_log(design, target, self.prior)
+            regressor = self.regressors.get(target)
+            if regressor is not None:
+                log_value = log_value + regressor.predict(design)
+            out[target] = np.expm1(log_value)
+        out["gpu_util"] = np.clip(out["gpu_util"], 1.0, 100.0)
+        out["gpu_util_p90"] = np.clip(np.maximum(out["gpu_util_p90"], out["gpu_util"]), 1.0, 100.0)
+        return out
+
+    def predict(self, rows: pd.DataFrame) -> pd.DataFrame:
+        return self.predict_design(design_matrix(rows, self.prior))
+
+    def predict_one(self, features: GraphFeatures, spec: GpuSpec) -> GpuDemand:
+        design = pd.DataFrame([design_row(features, spec, self.prior)], columns=list(DESIGN_COLUMNS))
+        predicted = self.predict_design(design).iloc[0]
+        return GpuDemand(util=float(predicted["gpu_util"]), util_p90=float(predicted["gpu_util_p90"]),
+                         mem_mib=float(predicted["gpu_mem_mib"]))
+
+
+@dataclass(frozen=True)
+class TrainedPredictor:
+    """A fitted model under its registered name, in the same shape as the prior."""
+
+    model: UtilizationModel
+    name: str
+    notes: tuple[str, ...] = ()
+
+    def predict(self, job_id: str, features: GraphFeatures, gpus: int, specs: list[GpuSpec]) -> Demand:
+        untrained = [t for t in TARGETS if t not in self.model.regressors]
+        notes = (*self.notes, *((f"prior estimate for {', '.join(untrained)}",) if untrained else ()))
+        return Demand(
+            job_id=job_id,
+            gpus=gpus,
+            per_type={spec.name: self.model.predict_one(features, spec) for spec in specs},
+            predictor=self.name,
+            confidence="normal" if features.traced else "low",
+            notes=notes,
+        )

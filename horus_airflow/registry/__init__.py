@@ -1,0 +1,31 @@
+"""MLflow at the edge: profiling runs, predictor training runs, the registered predictor and its cache."""
+
+from horus_airflow.registry.store import client, experiment_id  # first: sets MLflow's defaults
+from horus_airflow.registry.predictor import (  # noqa: I001
+    CHALLENGER,
+    CHAMPION,
+    PREDICTOR_MODEL,
+    TRAINING_EXPERIMENT,
+    TrainingOutcome,
+    load_predictor,
+    promote,
+    train_predictor,
+)
+from horus_airflow.registry.profiling import PROFILING_EXPERIMENT, ProfilingRecord, log_profiling_run, profiling_runs
+
+__all__ = [
+    "CHALLENGER",
+    "CHAMPION",
+    "PREDICTOR_MODEL",
+    "PROFILING_EXPERIMENT",
+    "TRAINING_EXPERIMENT",
+    "ProfilingRecord",
+    "TrainingOutcome",
+    "client",
+    "experiment_id",
+    "load_predictor",
+    "log_profiling_run",
+    "profiling_runs",
+    "promote",
+    "train_predictor",
+]
