@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from importlib.metadata import entry_points
@@ -16,7 +17,9 @@ from horus_airflow.settings import Settings
 HORUS = str(Path(sys.executable).parent / "horus")
 
 
-@pytest.mark.parametrize("args", [[], ["run"], ["predict"], ["inventory"], ["demo"]])
+@pytest.mark.parametrize(
+    "args", [[], ["run"], ["predict"], ["predictor"], ["predictor", "train"], ["catalog"], ["inventory"], ["demo"]]
+)
 def test_cli_answers_help(args: list[str]) -> None:
     done = subprocess.run([HORUS, *args, "--help"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -33,10 +36,38 @@ def test_predict_json_contract() -> None:
     assert result["gpu_mem_mib"] > 0 and result["predictor"] == "prior"
 
 
-def test_cli_bad_input_exits_2_with_the_accepted_values() -> None:
-    done = subprocess.run([HORUS, "predict", "--model", "vgg1", "--batch-size", "8"], capture_output=True, text=True, timeout=120)
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--model", "vgg1", "--batch-size", "8"], "unknown model 'vgg1'. Did you mean: vgg19, vgg16, vgg11?"),
+        (["--model", "resnet18", "--batch-size", "0"], "batch_size must be an integer from 1 to"),
+        (["--model", "resnet18", "--batch-size", "8", "--gpu", "a100"], "Did you mean: a100-40gb, a100-80gb"),
+        (["--model", "lstm_lm", "--batch-size", "8", "--dataset", "imagenet"], "datasets that fit 'lstm_lm'"),
+    ],
+)
+def test_cli_bad_input_exits_2_with_the_accepted_values(args: list[str], message: str) -> None:
+    done = subprocess.run([HORUS, "predict", *args], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
-    assert "unknown model 'vgg1'" in done.stderr and "Accepted:" in done.stderr
+    assert message in done.stderr
+
+
+def test_train_then_predict_with_the_registered_champion(tmp_path: Path) -> None:
+    env = {**os.environ, "HORUS_HOME": str(tmp_path / "horus")}
+    seed = Path(__file__).resolve().parent.parent / "data" / "predictor_seed" / "predictor_seed.csv"
+    trained = subprocess.run([HORUS, "predictor", "train", "--data", str(seed)], capture_output=True, text=True,
+                             timeout=300, env=env)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    assert "| gpu_util | all | 57 |" in trained.stdout
+    assert "registered horus-gpu-utilization version 1 as challenger, champion" in trained.stdout
+    user_file = tmp_path / "net.py"
+    user_file.write_text("from torch import nn\n\ndef make():\n    return nn.Sequential(nn.Flatten(), nn.Linear(3072, 10))\n")
+    for model, extra in (("bert_base", ["--amp", "--gpu", "h200"]), (f"{user_file}:make", ["--dataset", "cifar10"])):
+        done = subprocess.run([HORUS, "predict", "--model", model, "--batch-size", "16", *extra, "--json"],
+                              capture_output=True, text=True, timeout=120, env=env)
+        assert done.returncode == 0, done.stderr[-3000:]
+        result = json.loads(done.stdout)
+        assert result["predictor"] == "horus-gpu-utilization/1"
+        assert 1 <= result["gpu_util"] <= result["gpu_util_p90"] <= 100 and result["gpu_mem_mib"] > 0
 
 
 def test_provider_entry_point_returns_schema_valid_info() -> None:

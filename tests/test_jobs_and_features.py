@@ -8,7 +8,6 @@ from torch import nn
 
 from horus_airflow.catalog import resolve
 from horus_airflow.errors import InvalidJobError, InventoryError
-from horus_airflow.features import extract_features
 from horus_airflow.features.gpus import GPU_SPECS, gpu_spec, gpu_type_from_nvml
 from horus_airflow.features.graph import flop_counter
 from horus_airflow.jobs import JobSpec
@@ -22,12 +21,12 @@ def test_batch_size_must_be_a_positive_integer(batch_size: object) -> None:
 
 
 def test_unknown_model_names_the_closest_catalog_entries() -> None:
-    with pytest.raises(InvalidJobError, match=r"unknown model 'resnt18'\. Did you mean: resnet18, resnet50\?"):
+    with pytest.raises(InvalidJobError, match=r"unknown model 'resnt18'\. Did you mean: resnet18, resnet101, resnet50\?"):
         resolve("resnt18")
 
 
 def test_wrong_dataset_pairing_lists_the_datasets_that_fit() -> None:
-    with pytest.raises(InvalidJobError, match="datasets that fit 'lstm_lm': wikitext2"):
+    with pytest.raises(InvalidJobError, match="datasets that fit 'lstm_lm': wikitext103, wikitext2"):
         resolve("lstm_lm", "cifar10")
 
 
@@ -61,8 +60,8 @@ def test_depthwise_convolution_flops_match_a_hand_count() -> None:
 
 
 def test_resnet18_features_match_torchvision_and_scale_with_batch() -> None:
-    small = extract_features(JobSpec(model="resnet18", batch_size=16))
-    large = extract_features(JobSpec(model="resnet18", batch_size=32))
+    small = JobSpec(model="resnet18", batch_size=16).features()
+    large = JobSpec(model="resnet18", batch_size=32).features()
     assert small.params == 11_181_642  # torchvision resnet18 with a 10-class head
     assert large.forward_flops == 2 * small.forward_flops
     assert large.train_flops == pytest.approx(3 * large.forward_flops, rel=0.05)
@@ -71,7 +70,7 @@ def test_resnet18_features_match_torchvision_and_scale_with_batch() -> None:
 
 
 def test_prior_is_bounded_and_faster_gpus_are_less_busy() -> None:
-    features = extract_features(JobSpec(model="resnet18", batch_size=32))
+    features = JobSpec(model="resnet18", batch_size=32).features()
     demand = AnalyticPrior().predict("j", features, 1, [GPU_SPECS["k80"], GPU_SPECS["h200"]])
     k80, h200 = demand.on("k80"), demand.on("h200")
     assert 0 < h200.util < k80.util <= 100

@@ -117,11 +117,12 @@ def load_predictor(settings: Settings) -> Predictor:
         return _cached_or_prior(cache, f"{type(exc).__name__}: {exc.message[:200]}")
     except Exception as exc:  # connection errors surface as requests/urllib3 types
         return _cached_or_prior(cache, f"{type(exc).__name__}: {str(exc)[:200]}")
-    folder = cache / f"v{version.version}"
+    number = str(version.version)  # an int on SQL stores, a string over REST
+    folder = cache / f"v{number}"
     if not (folder / "artifacts" / _META_FILE).is_file():
-        _download(settings, version.version, folder)
-    _write_atomically(cache / "champion.json", json.dumps({"version": version.version, "run_id": version.run_id}))
-    return TrainedPredictor(_load_cached(folder), f"{PREDICTOR_MODEL}/{version.version}")
+        _download(settings, number, folder)
+    _write_atomically(cache / "champion.json", json.dumps({"version": number, "run_id": version.run_id}))
+    return TrainedPredictor(_load_cached(folder), f"{PREDICTOR_MODEL}/{number}")
 
 
 def _prior(reason: str) -> AnalyticPrior:

@@ -1,0 +1,89 @@
+"""The predictor's data schema, the LightGBM model and its held-out-family evaluation, on the seed data
+the project ships (data/predictor_seed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from horus_airflow.features import extract_features
+from horus_airflow.features.gpus import GPU_SPECS
+from horus_airflow.predictor.dataset import COLUMNS, TrainingDataError, read_training_data, validate
+from horus_airflow.predictor.evaluation import evaluate
+from horus_airflow.predictor.model import TrainedPredictor, UtilizationModel
+
+SEED = Path(__file__).resolve().parent.parent / "data" / "predictor_seed" / "predictor_seed.csv"
+
+
+@pytest.fixture(scope="module")
+def seed() -> pd.DataFrame:
+    return read_training_data(SEED).rows
+
+
+def test_the_seed_data_follows_the_schema_and_its_features_are_current() -> None:
+    data = read_training_data(SEED)
+    assert data.rejected.empty and len(data.rows) == 57
+    row = data.rows[(data.rows["origin"] == "muri") & (data.rows["model"] == "vgg16")].iloc[0]
+    current = extract_features("vgg16", 16, "imagenet")
+    assert row["train_flops"] == current.train_flops and row["params"] == current.params
+
+
+def test_bad_rows_are_set_aside_with_reasons_and_good_rows_kept(seed: pd.DataFrame) -> None:
+    frame = seed.copy()
+    frame.loc[0, "gpu_type"] = "gtx480"
+    frame.loc[1, "gpu_util"] = 140.0
+    frame.loc[2, ["gpu_util", "gpu_util_p90", "gpu_mem_mib"]] = np.nan
+    frame.loc[3, "batch_size"] = 0
+    frame = pd.concat([frame, frame.iloc[[10]]], ignore_index=True)
+    result = validate(frame)
+    assert len(result.rows) == len(seed) - 4
+    assert sorted(result.rejected["reason"]) == sorted(
+        ["unknown gpu_type", "gpu_util outside 0-100", "no target measured", "batch_size must be a positive number",
+         "duplicate of an earlier row"]
+    )
+
+
+def test_missing_columns_are_named_with_the_schema(seed: pd.DataFrame, tmp_path: Path) -> None:
+    path = tmp_path / "thin.csv"
+    seed.drop(columns=["train_flops", "gpu_type"]).to_csv(path, index=False)
+    with pytest.raises(TrainingDataError, match="lacks columns: gpu_type, train_flops; the schema is: origin"):
+        read_training_data(path)
+    with pytest.raises(TrainingDataError, match="not found"):
+        read_training_data(tmp_path / "absent.csv")
+    assert COLUMNS[:3] == ("origin", "origin_ref", "gpu_type")
+
+
+def test_held_out_predictions_never_see_their_own_family(seed: pd.DataFrame) -> None:
+    """Change one family's measurements: its held-out predictions must not move."""
+    before = evaluate(seed).predictions
+    changed = seed.copy()
+    changed.loc[changed["family"] == "resnet", "gpu_util"] = 3.0
+    after = evaluate(changed).predictions
+    resnet = before["family"] == "resnet"
+    assert np.allclose(before.loc[resnet, "model.gpu_util"], after.loc[resnet, "model.gpu_util"])
+    assert not np.allclose(before.loc[~resnet, "model.gpu_util"], after.loc[~resnet, "model.gpu_util"])
+
+
+def test_the_model_beats_the_prior_on_unseen_families(seed: pd.DataFrame) -> None:
+    evaluation = evaluate(seed)
+    util = evaluation.overall("gpu_util")
+    assert evaluation.folds == seed["family"].nunique()
+    assert util.model.rmsle < util.prior.rmsle and util.model.mae < util.prior.mae
+    assert "| gpu_util | all | 57 |" in evaluation.table()
+    assert evaluation.metrics()["cv.gpu_util.model.rmsle"] == pytest.approx(util.model.rmsle)
+
+
+def test_predictions_are_bounded_and_p90_is_conservative(seed: pd.DataFrame) -> None:
+    model = UtilizationModel().fit(seed)
+    assert set(model.trained_rows) == {"gpu_util", "gpu_util_p90"}  # the seed has no measured peak memory
+    predicted = model.predict(seed)
+    assert predicted["gpu_util"].between(1, 100).all()
+    assert (predicted["gpu_util_p90"] >= predicted["gpu_util"]).all()
+    features = extract_features("bert_large", 8)
+    demand = TrainedPredictor(model, "horus-gpu-utilization/9").predict("j", features, 1, [GPU_SPECS["h100"]])
+    assert demand.predictor == "horus-gpu-utilization/9"
+    assert "prior estimate for gpu_mem_mib" in demand.explained()
+    assert demand.on("h100").mem_mib > features.param_bytes * 4 / 2**20  # weights, grads, two Adam moments

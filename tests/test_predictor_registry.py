@@ -1,0 +1,95 @@
+"""The predictor in a real MLflow store (SQLite under a temporary HORUS_HOME): training runs, the
+registered model and its aliases, the champion cache and the fallbacks when the registry is away."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from horus_airflow.features import extract_features
+from horus_airflow.features.gpus import GPU_SPECS
+from horus_airflow.predictor import AnalyticPrior
+from horus_airflow.predictor.dataset import TrainingDataError, read_training_data, validate
+from horus_airflow.predictor.model import TrainedPredictor
+from horus_airflow.registry import (
+    CHAMPION,
+    PREDICTOR_MODEL,
+    TRAINING_EXPERIMENT,
+    client,
+    load_predictor,
+    promote,
+    train_predictor,
+)
+from horus_airflow.settings import Settings
+
+SEED = Path(__file__).resolve().parent.parent / "data" / "predictor_seed" / "predictor_seed.csv"
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_training_registers_versions_and_aliases(horus_home: Path) -> None:
+    settings = Settings.from_env()
+    data = read_training_data(SEED)
+    first = train_predictor(settings, data, str(SEED))
+    assert first.version == "1" and set(first.aliases) == {"champion", "challenger"}
+    second = train_predictor(settings, data, str(SEED))
+    assert second.version == "2" and second.aliases == ("challenger",)
+    mlflow = client(settings)
+    assert str(mlflow.get_model_version_by_alias(PREDICTOR_MODEL, CHAMPION).version) == "1"
+    promote(settings, "2")
+    assert str(mlflow.get_model_version_by_alias(PREDICTOR_MODEL, CHAMPION).version) == "2"
+
+    run = mlflow.get_run(first.run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.params["data.rows"] == "57" and run.data.params["trained_rows.gpu_mem_mib"] == "0"
+    assert run.data.metrics["cv.gpu_util.model.rmsle"] == pytest.approx(first.evaluation.overall("gpu_util").model.rmsle)
+    assert [i.dataset.name for i in run.inputs.dataset_inputs] == ["predictor-training-data"]
+    version = mlflow.get_model_version(PREDICTOR_MODEL, "1")
+    assert version.run_id == first.run_id
+
+
+def test_bad_training_data_logs_and_registers_nothing(horus_home: Path) -> None:
+    settings = Settings.from_env()
+    one_family = read_training_data(SEED).rows.query("family == 'resnet'")
+    with pytest.raises(Exception, match="at least two model families"):
+        train_predictor(settings, validate(one_family), "resnet-only")
+    with pytest.raises(TrainingDataError):
+        validate(pd.DataFrame({"origin": ["x"]}))
+    mlflow = client(settings)
+    experiment = mlflow.get_experiment_by_name(TRAINING_EXPERIMENT)
+    assert experiment is None or mlflow.search_runs([experiment.experiment_id]) == []
+    assert mlflow.search_registered_models() == []
+
+
+def test_the_operator_side_loads_the_champion_then_its_cache_then_the_prior(
+    horus_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = Settings.from_env()
+    nothing = load_predictor(settings)
+    assert isinstance(nothing, AnalyticPrior)
+    features = extract_features("resnet50", 32)
+    assert "no champion of horus-gpu-utilization registered" in nothing.predict("j", features, 1, [GPU_SPECS["v100"]]).explained()
+
+    train_predictor(settings, read_training_data(SEED), str(SEED))
+    champion = load_predictor(settings)
+    assert isinstance(champion, TrainedPredictor) and champion.name == f"{PREDICTOR_MODEL}/1"
+    assert (horus_home / "models" / PREDICTOR_MODEL / "v1" / "artifacts" / "predictor.json").is_file()
+    online = champion.predict("j", features, 1, [GPU_SPECS["v100"]]).on("v100")
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{_closed_port()}")
+    offline = load_predictor(Settings.from_env())
+    assert isinstance(offline, TrainedPredictor) and offline.name == f"{PREDICTOR_MODEL}/1"
+    demand = offline.predict("j", features, 1, [GPU_SPECS["v100"]])
+    assert demand.on("v100") == online and "registry unreachable, cached champion v1" in demand.explained()
+
+    monkeypatch.setenv("HORUS_HOME", str(horus_home.parent / "elsewhere"))
+    bare = load_predictor(Settings.from_env())
+    assert isinstance(bare, AnalyticPrior)
+    assert "registry unreachable" in bare.predict("j", features, 1, [GPU_SPECS["v100"]]).explained()
