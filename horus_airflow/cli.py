@@ -52,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
 
     demo = sub.add_parser("demo", help="run the example DAG on the embedded stack and print a summary")
     demo.add_argument("--dags-folder", type=Path, default=Path("dags"))
+    demo.add_argument("--seed-data", type=Path, help="train and register a first predictor from this CSV if none is champion")
 
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -165,7 +166,7 @@ def _inventory(_args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from horus_airflow.demo import run_demo
 
-    return run_demo(Settings.from_env(), args.dags_folder)
+    return run_demo(Settings.from_env(), args.dags_folder, args.seed_data)
 
 
 _COMMANDS = {

@@ -9,7 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from horus_airflow.registry import profiling_runs
+from horus_airflow.predictor.dataset import read_training_data
+from horus_airflow.registry import PREDICTOR_MODEL, champion_version, profiling_runs, train_predictor
 from horus_airflow.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -30,8 +31,27 @@ def prepare_airflow(settings: Settings, dags_folder: Path) -> None:
         raise RuntimeError(f"'airflow db migrate' failed (exit {done.returncode}); see {migrate_log}")
 
 
-def run_demo(settings: Settings, dags_folder: Path) -> int:
+def ensure_champion(settings: Settings, seed_data: Path | None) -> None:
+    """A first champion from the shipped seed data, so the demo predicts with a trained model."""
+    existing = champion_version(settings)
+    if existing is not None:
+        print(f"predictor: {PREDICTOR_MODEL} version {existing} is champion")
+        return
+    if seed_data is None:
+        print("predictor: no champion registered and no seed data given; the analytic prior predicts")
+        return
+    outcome = train_predictor(settings, read_training_data(seed_data), str(seed_data))
+    util = outcome.evaluation.overall("gpu_util")
+    print(
+        f"predictor: trained on {seed_data} and registered {PREDICTOR_MODEL} version {outcome.version} as "
+        f"{', '.join(outcome.aliases)}; held-out-family utilization RMSLE {util.model.rmsle:.3f} "
+        f"(analytic prior {util.prior.rmsle:.3f}), MLflow run {outcome.run_id}"
+    )
+
+
+def run_demo(settings: Settings, dags_folder: Path, seed_data: Path | None = None) -> int:
     prepare_airflow(settings, dags_folder)
+    ensure_champion(settings, seed_data)
     dag_file = dags_folder / f"{DEMO_DAG_ID}.py"
     spec = importlib.util.spec_from_file_location(DEMO_DAG_ID, dag_file)
     if spec is None or spec.loader is None:
@@ -47,7 +67,7 @@ def run_demo(settings: Settings, dags_folder: Path) -> int:
 
 def summary_table(settings: Settings, airflow_run_id: str) -> str:
     runs = profiling_runs(settings, airflow_run_id)
-    header = ("task", "GPU", "pred util %", "pred mem MiB", "measured", "MLflow run id", "reason")
+    header = ("task", "GPU", "predictor", "pred util %", "pred mem MiB", "measured", "MLflow run id", "reason")
     rows = [header]
     for run in sorted(runs, key=lambda r: r.data.tags.get("airflow.task_id", "")):
         tags, params, metrics = run.data.tags, run.data.params, run.data.metrics
@@ -63,6 +83,7 @@ def summary_table(settings: Settings, airflow_run_id: str) -> str:
             (
                 tags.get("airflow.task_id", run.info.run_name),
                 gpu,
+                tags["horus.predictor"],
                 f"{float(params['predicted.gpu_util']):.0f}",
                 params["predicted.gpu_mem_mib"],
                 measured,

@@ -22,9 +22,11 @@ class HorusTrainingOperator(BaseOperator):
     """Predict the job's GPU demand from its model graph, place it, run it pinned to the chosen GPU
     under telemetry, log a profiling run to MLflow and release the GPU, whatever happens.
 
-    :param model: catalog model name (e.g. ``resnet18``).
+    :param model: catalog model name (e.g. ``resnet18``), ``path/to/file.py:factory`` (a function
+        returning your ``torch.nn.Module``; give ``dataset``) or ``model.onnx`` (give ``command``).
     :param batch_size: training batch size.
     :param dataset: dataset whose input shape the job trains on; default: the model's own.
+    :param seq_len: sequence length for text and translation datasets; default: the dataset's.
     :param steps: training steps of the built-in trainer.
     :param precision: ``fp32`` or ``amp``.
     :param gpus: GPUs the job needs (all on one node).
@@ -44,6 +46,7 @@ class HorusTrainingOperator(BaseOperator):
         model: str,
         batch_size: int,
         dataset: str | None = None,
+        seq_len: int | None = None,
         steps: int = 20,
         precision: str = "fp32",
         gpus: int = 1,
@@ -56,6 +59,7 @@ class HorusTrainingOperator(BaseOperator):
         self.model = model
         self.batch_size = batch_size
         self.dataset = dataset
+        self.seq_len = seq_len
         self.steps = steps
         self.precision = precision
         self.gpus = gpus
@@ -71,6 +75,7 @@ class HorusTrainingOperator(BaseOperator):
                 model=self.model,
                 batch_size=self.batch_size,
                 dataset=self.dataset,
+                seq_len=self.seq_len,
                 precision=self.precision,
                 gpus=self.gpus,
                 steps=self.steps,

@@ -104,6 +104,16 @@ def promote(settings: Settings, version: str, alias: str = CHAMPION) -> None:
     log.info("%s version %s is now %s", PREDICTOR_MODEL, version, alias)
 
 
+def champion_version(settings: Settings) -> str | None:
+    """The champion's version number, or None when none is registered."""
+    try:
+        return str(client(settings).get_model_version_by_alias(PREDICTOR_MODEL, CHAMPION).version)
+    except MlflowException as exc:
+        if exc.error_code == ErrorCode.Name(RESOURCE_DOES_NOT_EXIST):
+            return None
+        raise
+
+
 def load_predictor(settings: Settings) -> Predictor:
     """The champion, from the local cache when it already holds that version. When the tracking server
     cannot be reached, the cached champion (with a warning); with neither, the analytic prior, saying why."""
