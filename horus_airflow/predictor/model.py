@@ -80,12 +80,16 @@ def design_matrix(rows: pd.DataFrame, prior: AnalyticPrior) -> pd.DataFrame:
     return pd.DataFrame(matrix, columns=list(DESIGN_COLUMNS))
 
 
-def _prior_log(design: pd.DataFrame, target: str, prior: AnalyticPrior) -> np.ndarray:
+_PRIOR_UTIL = DESIGN_COLUMNS.index("prior_util")
+_PRIOR_LOG_MEM = DESIGN_COLUMNS.index("prior_log_mem_mib")
+
+
+def _prior_log(design: np.ndarray, target: str, prior: AnalyticPrior) -> np.ndarray:
     """``log1p`` of the prior's estimate of ``target`` for each design row."""
     if target == "gpu_mem_mib":
-        return np.log1p(10 ** design["prior_log_mem_mib"].to_numpy())
+        return np.log1p(10 ** design[:, _PRIOR_LOG_MEM])
     margin = prior.p90_margin if target == "gpu_util_p90" else 1.0
-    return np.log1p(np.minimum(design["prior_util"].to_numpy() * margin, 100.0))
+    return np.log1p(np.minimum(design[:, _PRIOR_UTIL] * margin, 100.0))
 
 
 @dataclass
@@ -105,7 +109,7 @@ class UtilizationModel:
             if known.sum() < MIN_ROWS_PER_TARGET:
                 continue
             measured = rows.loc[known, target].to_numpy(dtype=float)
-            correction = np.log1p(measured) - _prior_log(design[known], target, self.prior)
+            correction = np.log1p(measured) - _prior_log(design[known].to_numpy(), target, self.prior)
             objective = "quantile" if target == "gpu_util_p90" else "regression"
             regressor = self.hyperparameters.regressor(objective)
             regressor.fit(design[known], correction, categorical_feature=["input_kind"])
@@ -115,25 +119,28 @@ class UtilizationModel:
 
     def predict_design(self, design: pd.DataFrame) -> pd.DataFrame:
         """Predictions for design rows; a target without a trained model gets the prior's estimate."""
-        out = pd.DataFrame(index=design.index)
-        for target in TARGETS:
-            log_value = _prior_log(design, target, self.prior)
-            regressor = self.regressors.get(target)
-            if regressor is not None:
-                log_value = log_value + regressor.predict(design)
-            out[target] = np.expm1(log_value)
-        out["gpu_util"] = np.clip(out["gpu_util"], 1.0, 100.0)
-        out["gpu_util_p90"] = np.clip(np.maximum(out["gpu_util_p90"], out["gpu_util"]), 1.0, 100.0)
-        return out
+        return pd.DataFrame(self._predict_matrix(design[list(DESIGN_COLUMNS)].to_numpy(dtype=float)), index=design.index)
 
     def predict(self, rows: pd.DataFrame) -> pd.DataFrame:
         return self.predict_design(design_matrix(rows, self.prior))
 
     def predict_one(self, features: GraphFeatures, spec: GpuSpec) -> GpuDemand:
-        design = pd.DataFrame([design_row(features, spec, self.prior)], columns=list(DESIGN_COLUMNS))
-        predicted = self.predict_design(design).iloc[0]
-        return GpuDemand(util=float(predicted["gpu_util"]), util_p90=float(predicted["gpu_util_p90"]),
-                         mem_mib=float(predicted["gpu_mem_mib"]))
+        """One job on one GPU type, without pandas: this runs on every placement."""
+        predicted = self._predict_matrix(np.array([design_row(features, spec, self.prior)]))
+        return GpuDemand(util=float(predicted["gpu_util"][0]), util_p90=float(predicted["gpu_util_p90"][0]),
+                         mem_mib=float(predicted["gpu_mem_mib"][0]))
+
+    def _predict_matrix(self, design: np.ndarray) -> dict[str, np.ndarray]:
+        out = {}
+        for target in TARGETS:
+            log_value = _prior_log(design, target, self.prior)
+            regressor = self.regressors.get(target)
+            if regressor is not None:
+                log_value = log_value + regressor.booster_.predict(design)
+            out[target] = np.expm1(log_value)
+        out["gpu_util"] = np.clip(out["gpu_util"], 1.0, 100.0)
+        out["gpu_util_p90"] = np.clip(np.maximum(out["gpu_util_p90"], out["gpu_util"]), 1.0, 100.0)
+        return out
 
 
 @dataclass(frozen=True)
