@@ -86,8 +86,8 @@ def run_job(
     profile = load_profile(profile_name or settings.profile)
     backend = LocalBackend(settings)
     job_id = f"{spec.display_name}-{uuid.uuid4().hex[:8]}"
-    features, demand = predict_demand(spec, job_id, sorted({g.gpu_type for g in backend.gpus}), settings)
     command = training_command(spec)
+    features, demand = predict_demand(spec, job_id, sorted({g.gpu_type for g in backend.gpus}), settings)
     acquired = acquire(backend, demand, profile, owner, placement_timeout_s)
     decision, reservation = acquired.decision, acquired.reservation
     placed_on = tuple(gpu for gpu in acquired.state.gpus if gpu.gpu_id in decision.gpu_ids)

@@ -12,7 +12,8 @@ from horus_airflow.backends.ledger import Booking
 from horus_airflow.errors import InvalidJobError, InventoryError, NoPlacementError
 from horus_airflow.jobs import JobSpec
 from horus_airflow.pipeline import run_job
-from horus_airflow.registry import client
+from horus_airflow.predictor.dataset import read_training_data
+from horus_airflow.registry import client, train_predictor
 from horus_airflow.settings import Settings
 
 
@@ -64,3 +65,24 @@ def test_a_job_sharing_a_gpu_records_its_co_residents(horus_home: Path, monkeypa
     assert run.data.tags["horus.co_residents"] == "neighbour"
     assert "shares with 1 job(s)" in run.data.tags["horus.placement.reason"]
     assert [r.job_id for r in ledger.active(now=time.time())[1]["local/0"]] == ["neighbour"]
+
+
+def test_an_onnx_model_without_a_command_fails_before_anything_is_reserved(horus_home: Path, tmp_path: Path) -> None:
+    settings = Settings.from_env()
+    graph = tmp_path / "net.onnx"
+    graph.write_bytes(b"")
+    with pytest.raises(InvalidJobError, match="cannot be trained by the built-in trainer: give command="):
+        run_job(JobSpec(model=str(graph), batch_size=8), settings, owner="t")
+    _nothing_left(settings)
+
+
+def test_a_job_is_predicted_by_the_registered_champion(horus_home: Path) -> None:
+    settings = Settings.from_env()
+    seed = Path(__file__).resolve().parent.parent / "data" / "predictor_seed" / "predictor_seed.csv"
+    train_predictor(settings, read_training_data(seed), str(seed))
+    outcome = run_job(JobSpec(model="dqn", dataset="cartpole", batch_size=32, steps=2), settings, owner="t")
+    assert outcome.predictor == "horus-gpu-utilization/1"
+    run = client(settings).get_run(outcome.mlflow_run_id)
+    assert run.data.tags["horus.predictor"] == "horus-gpu-utilization/1"
+    assert "predicted by horus-gpu-utilization/1" in run.data.tags["horus.placement.reason"]
+    assert run.data.params["feature.input_kind"] == "state"

@@ -126,8 +126,8 @@ class Dcgan(nn.Module):
 
 class CycleGan(nn.Module):
     """Zhu et al. 2017: two ResNet generators (9 blocks from 256 px, else 6) and two 70x70 PatchGAN
-    critics. The two unpaired domains are the two halves of a batch' permutations; one call returns the
-    adversarial plus cycle-consistency loss of a step."""
+    critics. The batch stands for one domain and its reversal for the other (shapes are what count);
+    one call returns a step's least-squares adversarial plus cycle-consistency loss."""
 
     def __init__(self, data: ImageData, width: int = 64) -> None:
         super().__init__()
@@ -139,10 +139,10 @@ class CycleGan(nn.Module):
         a, b = images, images.flip(0)
         fake_b, fake_a = self.g_ab(a), self.g_ba(b)
         cycle = F.l1_loss(self.g_ba(fake_b), a) + F.l1_loss(self.g_ab(fake_a), b)
-        adversarial = sum(
-            F.mse_loss(critic(x), torch.full_like(critic(x), target))
-            for critic, x, target in ((self.d_a, a, 1.0), (self.d_a, fake_a, 0.0), (self.d_b, b, 1.0), (self.d_b, fake_b, 0.0))
-        )
+        adversarial = torch.zeros((), device=images.device)
+        for critic, x, target in ((self.d_a, a, 1.0), (self.d_a, fake_a, 0.0), (self.d_b, b, 1.0), (self.d_b, fake_b, 0.0)):
+            score = critic(x)
+            adversarial = adversarial + F.mse_loss(score, torch.full_like(score, target))
         return adversarial + 10.0 * cycle
 
 
