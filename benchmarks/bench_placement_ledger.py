@@ -13,7 +13,6 @@ import multiprocessing
 import random
 import tempfile
 import time
-from pathlib import Path
 
 from horus_airflow.backends import LocalBackend, acquire
 from horus_airflow.placement import ClusterState, GpuState, Resident, load_profile, place

@@ -87,8 +87,9 @@ class Workload:
                 return f"needs an image size divisible by {self.image_size_multiple} but {data.name!r} has {data.size}"
         if isinstance(data, TokenData) and data.task not in self.text_tasks:
             return f"trains on {' or '.join(self.text_tasks)} text but {data.name!r} is a {data.task} task"
-        if self.max_seq_len is not None and getattr(data, "seq_len", 0) > self.max_seq_len:
-            return f"takes at most {self.max_seq_len} tokens but {data.name!r} has {getattr(data, 'seq_len')}"
+        seq_len = getattr(data, "seq_len", 0)
+        if self.max_seq_len is not None and seq_len > self.max_seq_len:
+            return f"takes at most {self.max_seq_len} tokens but {data.name!r} has {seq_len}"
         if isinstance(data, EnvironmentData) and self.actions != "any":
             kind = "continuous" if data.continuous else "discrete"
             if kind != self.actions:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from horus_airflow.catalog import is_onnx
 from horus_airflow.catalog.user import is_user_module
-from horus_airflow.features.graph import NUMERIC_FEATURES, GraphFeatures, torch_features
+from horus_airflow.features.graph import GraphFeatures, torch_features
 from horus_airflow.features.onnx_graph import onnx_features
 
 
@@ -33,4 +33,4 @@ def _file_version(model: str) -> float:
     return path.stat().st_mtime if location and path.is_file() else 0.0
 
 
-__all__ = ["NUMERIC_FEATURES", "GraphFeatures", "extract_features"]
+__all__ = ["GraphFeatures", "extract_features"]

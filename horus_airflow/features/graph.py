@@ -107,9 +107,6 @@ def _typed(kind: str, value: object) -> object:
     return float(value) if kind == "float" else str(value)  # type: ignore[arg-type]
 
 
-NUMERIC_FEATURES = tuple(f.name for f in fields(GraphFeatures) if f.type in ("int", "float"))
-
-
 def torch_features(
     model: str, batch_size: int, dataset: str | None = None, precision: str = "fp32", seq_len: int | None = None
 ) -> GraphFeatures:
@@ -149,8 +146,6 @@ def features_of(resolved: ResolvedWorkload, batch_size: int, precision: str, sou
     )
     try:
         counted = _count_step(net, inputs, targets, resolved)
-    except InvalidJobError:
-        raise
     except Exception as exc:  # a graph the meta device cannot run: data-dependent control flow, .item(), numpy
         log.warning("cannot trace %s on the meta device (%s: %s); estimating from parameters and input",
                     resolved.workload.name, type(exc).__name__, exc)

@@ -24,9 +24,7 @@ from horus_airflow.features.gpus import GPU_SPECS
 from horus_airflow.features.graph import GraphFeatures
 
 TARGETS = ("gpu_util", "gpu_util_p90", "gpu_mem_mib")
-ID_COLUMNS = ("origin", "origin_ref", "gpu_type")
-FEATURE_COLUMNS = tuple(f.name for f in fields(GraphFeatures))
-COLUMNS = (*ID_COLUMNS, *FEATURE_COLUMNS, *TARGETS)
+COLUMNS = ("origin", "origin_ref", "gpu_type", *(f.name for f in fields(GraphFeatures)), *TARGETS)
 
 
 class TrainingDataError(HorusError):

@@ -211,7 +211,7 @@ def _log_training(data: ValidatedData, source: str, hyper: Hyperparameters, eval
 
 
 def _log_model(model: UtilizationModel, data: ValidatedData) -> Any:
-    design = design_matrix(data.rows.head(20), model.prior)
+    design = design_matrix(data.rows.head(20), model.prior).astype(float)
     with tempfile.TemporaryDirectory() as tmp:
         artifacts = {}
         for target, regressor in model.regressors.items():
