@@ -176,6 +176,8 @@ _OTHER_MODELS = (
              image_size_multiple=16),
     Workload("ncf", "recsys", ("interactions",), "movielens", other.NeuMf, loss=binary_cross_entropy, optimizer="adam",  # type: ignore[arg-type]
              description="NeuMF"),
+    Workload("autoencoder_rec", "recsys", ("interactions",), "ml20m", other.AutoencoderRec, loss=own_loss,  # type: ignore[arg-type]
+             optimizer="adam", description="collaborative-filtering autoencoder (DeepRec)"),
     Workload("dlrm_small", "recsys", ("interactions",), "ml20m", other.DlrmSmall, loss=binary_cross_entropy,  # type: ignore[arg-type]
              optimizer="adam"),
     Workload("pointnet", "pointnet", ("points",), "shapenet", other.PointNet, optimizer="adam"),  # type: ignore[arg-type]

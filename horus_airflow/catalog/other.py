@@ -35,6 +35,29 @@ class NeuMf(nn.Module):
         return self.predict(torch.cat([gmf, mlp], dim=1)).squeeze(1)
 
 
+class AutoencoderRec(nn.Module):
+    """Collaborative-filtering autoencoder (Kuchaiev & Ginsburg 2017, the recommendation job of Gavel's
+    workload set): a user's item vector through 512-512-1024 SELU layers and back; the loss is the
+    masked reconstruction error, returned by the model."""
+
+    def __init__(self, data: InteractionData, sizes: tuple[int, ...] = (512, 512, 1024)) -> None:
+        super().__init__()
+        self.items = data.items
+        widths = [data.items, *sizes]
+        encoder: list[nn.Module] = []
+        for cin, cout in zip(widths, widths[1:]):
+            encoder += [nn.Linear(cin, cout), nn.SELU()]
+        decoder: list[nn.Module] = []
+        for cin, cout in zip(widths[::-1], widths[::-1][1:]):
+            decoder += [nn.Linear(cin, cout), nn.SELU()]
+        self.body = nn.Sequential(*encoder, nn.Dropout(0.8), *decoder[:-1])
+
+    def forward(self, _dense: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        ratings = torch.zeros(ids.shape[0], self.items, device=ids.device).scatter(1, ids[:, 1:2], 1.0)
+        rebuilt = self.body(ratings)
+        return ((rebuilt - ratings) ** 2 * (ratings != 0)).sum() / ids.shape[0]
+
+
 class DlrmSmall(nn.Module):
     """DLRM (Naumov et al. 2019) at a small size: bottom MLP over dense features, an embedding per
     categorical feature, pairwise dot interactions, top MLP."""

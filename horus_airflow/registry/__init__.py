@@ -1,9 +1,8 @@
 """MLflow at the edge: profiling runs, predictor training runs, the registered predictor and its cache."""
 
 from horus_airflow.registry.store import client, experiment_id  # first: sets MLflow's defaults
-from horus_airflow.registry.predictor import (  # noqa: I001
-    CHALLENGER,
-    CHAMPION,
+from horus_airflow.registry.versions import CHALLENGER, CHAMPION  # noqa: I001
+from horus_airflow.registry.predictor import (
     PREDICTOR_MODEL,
     TRAINING_EXPERIMENT,
     TrainingOutcome,

@@ -9,39 +9,33 @@ through the same :class:`~horus_airflow.predictor.model.UtilizationModel` the tr
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import os
-import shutil
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import lightgbm
 import mlflow
 import pandas as pd
 from mlflow.entities import RunStatus
-from mlflow.exceptions import MlflowException
 from mlflow.models import infer_signature
-from mlflow.protos.databricks_pb2 import RESOURCE_DOES_NOT_EXIST, ErrorCode
 
 from horus_airflow.predictor import AnalyticPrior
 from horus_airflow.predictor.dataset import TARGETS, ValidatedData
 from horus_airflow.predictor.evaluation import Evaluation, evaluate
 from horus_airflow.predictor.model import DESIGN_COLUMNS, Hyperparameters, TrainedPredictor, UtilizationModel, design_matrix
+from horus_airflow.registry import versions
 from horus_airflow.registry.store import client, experiment_id
+from horus_airflow.registry.versions import CHAMPION
 from horus_airflow.settings import Settings
 
 log = logging.getLogger(__name__)
 
 PREDICTOR_MODEL = "horus-gpu-utilization"
 TRAINING_EXPERIMENT = "horus-predictor-training"
-CHAMPION, CHALLENGER = "champion", "challenger"
 _META_FILE = "predictor.json"
-# A missing tracking server should cost seconds, not MLflow's default minutes of retries.
-_QUICK_HTTP = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
 
 Predictor = AnalyticPrior | TrainedPredictor
 
@@ -95,62 +89,28 @@ def train_predictor(
         raise
     version, aliases = None, ()
     if register:
-        version, aliases = _register(settings, logged.model_uri, run_id)
+        version, aliases = versions.register_version(
+            settings, PREDICTOR_MODEL, logged.model_uri, run_id, "Horus GPU utilization and memory predictor"
+        )
     return TrainingOutcome(run_id, version, aliases, evaluation, dict(model.trained_rows), len(data.rejected))
 
 
 def promote(settings: Settings, version: str, alias: str = CHAMPION) -> None:
-    client(settings).set_registered_model_alias(PREDICTOR_MODEL, alias, version)
-    log.info("%s version %s is now %s", PREDICTOR_MODEL, version, alias)
+    versions.promote(settings, PREDICTOR_MODEL, version, alias)
 
 
 def champion_version(settings: Settings) -> str | None:
-    """The champion's version number, or None when none is registered."""
-    try:
-        return str(client(settings).get_model_version_by_alias(PREDICTOR_MODEL, CHAMPION).version)
-    except MlflowException as exc:
-        if exc.error_code == ErrorCode.Name(RESOURCE_DOES_NOT_EXIST):
-            return None
-        raise
+    return versions.champion_version(settings, PREDICTOR_MODEL)
 
 
 def load_predictor(settings: Settings) -> Predictor:
     """The champion, from the local cache when it already holds that version. When the tracking server
     cannot be reached, the cached champion (with a warning); with neither, the analytic prior, saying why."""
-    cache = settings.home / "models" / PREDICTOR_MODEL
-    try:
-        with _quick_http():
-            version = client(settings).get_model_version_by_alias(PREDICTOR_MODEL, CHAMPION)
-    except MlflowException as exc:
-        if exc.error_code == ErrorCode.Name(RESOURCE_DOES_NOT_EXIST):
-            return _prior(f"no {CHAMPION} of {PREDICTOR_MODEL} registered")
-        return _cached_or_prior(cache, f"{type(exc).__name__}: {exc.message[:200]}")
-    except Exception as exc:  # connection errors surface as requests/urllib3 types
-        return _cached_or_prior(cache, f"{type(exc).__name__}: {str(exc)[:200]}")
-    number = str(version.version)  # an int on SQL stores, a string over REST
-    folder = cache / f"v{number}"
-    if not (folder / "artifacts" / _META_FILE).is_file():
-        _download(settings, number, folder)
-    _write_atomically(cache / "champion.json", json.dumps({"version": number, "run_id": version.run_id}))
-    return TrainedPredictor(_load_cached(folder), f"{PREDICTOR_MODEL}/{number}")
-
-
-def _prior(reason: str) -> AnalyticPrior:
-    log.info("using the analytic prior: %s", reason)
-    return AnalyticPrior(notes=(f"analytic prior: {reason}",))
-
-
-def _cached_or_prior(cache: Path, error: str) -> Predictor:
-    pointer = cache / "champion.json"
-    if pointer.is_file():
-        version = json.loads(pointer.read_text())["version"]
-        folder = cache / f"v{version}"
-        if (folder / "artifacts" / _META_FILE).is_file():
-            log.warning("MLflow registry unreachable (%s); predicting with cached %s version %s", error, PREDICTOR_MODEL, version)
-            return TrainedPredictor(_load_cached(folder), f"{PREDICTOR_MODEL}/{version}",
-                                    notes=(f"registry unreachable, cached {CHAMPION} v{version}",))
-    log.warning("MLflow registry unreachable (%s) and no cached %s; using the analytic prior", error, CHAMPION)
-    return _prior(f"registry unreachable ({error}) and no cached {CHAMPION}")
+    found = versions.fetch_champion(settings, PREDICTOR_MODEL)
+    if isinstance(found, versions.NoChampion):
+        log.info("using the analytic prior: %s", found.reason)
+        return AnalyticPrior(notes=(f"analytic prior: {found.reason}",))
+    return TrainedPredictor(_load_cached(found.folder), found.label, notes=found.notes)
 
 
 _LOADED: dict[Path, UtilizationModel] = {}
@@ -169,22 +129,6 @@ def _model_from_artifacts(artifacts: dict[str, Path]) -> UtilizationModel:
     model.regressors = {t: mlflow.lightgbm.load_model(str(artifacts[t])) for t in meta["trained_rows"]}
     model.trained_rows = meta["trained_rows"]
     return model
-
-
-def _download(settings: Settings, version: str, folder: Path) -> None:
-    """Download into a temporary sibling, then rename: a half-downloaded version is never used."""
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
-    try:
-        with _quick_http():
-            source = client(settings).get_model_version_download_uri(PREDICTOR_MODEL, version)
-            downloaded = mlflow.artifacts.download_artifacts(
-                artifact_uri=source, dst_path=str(staging), tracking_uri=settings.mlflow_tracking_uri
-            )
-        shutil.rmtree(folder, ignore_errors=True)
-        os.replace(downloaded, folder)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _log_training(data: ValidatedData, source: str, hyper: Hyperparameters, evaluation: Evaluation,
@@ -234,42 +178,6 @@ def _log_model(model: UtilizationModel, data: ValidatedData) -> Any:
         )
 
 
-def _register(settings: Settings, model_uri: str, run_id: str) -> tuple[str, tuple[str, ...]]:
-    mlflow_client = client(settings)
-    with contextlib.suppress(MlflowException):
-        mlflow_client.create_registered_model(PREDICTOR_MODEL, description="Horus GPU utilization and memory predictor")
-    version = mlflow_client.create_model_version(PREDICTOR_MODEL, model_uri, run_id=run_id).version
-    aliases = [CHALLENGER]
-    try:
-        mlflow_client.get_model_version_by_alias(PREDICTOR_MODEL, CHAMPION)
-    except MlflowException:
-        aliases.append(CHAMPION)
-    for alias in aliases:
-        mlflow_client.set_registered_model_alias(PREDICTOR_MODEL, alias, version)
-    log.info("registered %s version %s as %s", PREDICTOR_MODEL, version, ", ".join(aliases))
-    return str(version), tuple(aliases)
-
-
 def _use_store(settings: Settings) -> None:
     mlflow.set_tracking_uri(settings.mlflow_tracking_uri)
     mlflow.set_registry_uri(settings.mlflow_tracking_uri)
-
-
-@contextlib.contextmanager
-def _quick_http() -> Iterator[None]:
-    """Few retries and a short timeout for one registry call, unless the user set their own."""
-    added = {k: v for k, v in _QUICK_HTTP.items() if k not in os.environ}
-    os.environ.update(added)
-    try:
-        yield
-    finally:
-        for key in added:
-            os.environ.pop(key, None)
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = path.with_suffix(".tmp")
-    staging.write_text(text)
-    os.replace(staging, path)
-

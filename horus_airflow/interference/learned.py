@@ -1,0 +1,75 @@
+"""The learned model: LightGBM on both jobs' signatures, their predicted demand and the GPU's spec,
+pairwise. A regressor predicts job A's speed next to job B (trained on pairs that ran), a classifier
+whether the pair fits at all (trained on every pair: a measured throughput of zero means the pair could
+not run together, not that it ran at speed 0).
+
+More than two jobs: slowdowns add up in time, ``1/s_i = 1 + sum_j (1/s_ij - 1)``. A job without a
+signature falls back to the summed-utilization proxy for its GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import lightgbm as lgb
+import numpy as np
+import pandas as pd
+
+from horus_airflow.features.gpus import GpuSpec
+from horus_airflow.interference.base import SIGNATURE_FIELDS, CoRunner, Interference
+from horus_airflow.interference.pairs import design_matrix, gpu_columns
+from horus_airflow.interference.proxy import SummedUtilization
+
+_LGB = dict(n_estimators=150, learning_rate=0.05, num_leaves=7, min_child_samples=20, subsample=0.8, subsample_freq=1,
+            colsample_bytree=0.8, random_state=7, verbose=-1, deterministic=True, force_col_wise=True)
+
+
+@dataclass
+class LearnedInterference:
+    speed_model: lgb.LGBMRegressor | None = None
+    fit_model: lgb.LGBMClassifier | None = None
+    fallback: SummedUtilization = field(default_factory=SummedUtilization)
+    name: str = field(default="learned", init=False)
+
+    def fit(self, pairs: pd.DataFrame) -> LearnedInterference:
+        design = design_matrix(pairs)
+        ran = pairs["fits"].to_numpy(dtype=bool)
+        self.speed_model = lgb.LGBMRegressor(objective="regression", **_LGB)
+        self.speed_model.fit(design[ran], pairs.loc[ran, "speed_a"].to_numpy(dtype=float))
+        self.fit_model = lgb.LGBMClassifier(**_LGB)
+        self.fit_model.fit(design, ran.astype(int))
+        self.fallback = SummedUtilization().fit(
+            (pairs.loc[ran, "util_a"] + pairs.loc[ran, "util_b"]).to_numpy(dtype=float),
+            pairs.loc[ran, "speed_a"].to_numpy(dtype=float),
+        )
+        return self
+
+    def predict_pairs(self, design: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Speed of A next to B and whether they fit, for design rows."""
+        assert self.speed_model is not None and self.fit_model is not None, "fit() first"
+        speed = np.clip(self.speed_model.booster_.predict(design), 0.01, 1.0)
+        fits = self.fit_model.booster_.predict(design) >= 0.5
+        return speed, fits
+
+    def predict(self, jobs: Sequence[CoRunner], gpu: GpuSpec) -> Interference:
+        fits_memory = sum(j.mem_mib for j in jobs) <= gpu.memory_mib
+        if len(jobs) <= 1:
+            return Interference(tuple(1.0 for _ in jobs), fits_memory)
+        if any(len(j.signature) != len(SIGNATURE_FIELDS) for j in jobs):
+            proxy = self.fallback.predict(jobs, gpu)
+            return Interference(proxy.speeds, proxy.fits)
+        pairs = [(i, k) for i in range(len(jobs)) for k in range(len(jobs)) if i != k]
+        spec = gpu_columns(gpu)
+        rows = [_pair_row(jobs[i], jobs[k], gpu.memory_mib, spec) for i, k in pairs]
+        speed, fits = self.predict_pairs(np.array(rows))
+        extra_time = np.zeros(len(jobs))
+        for (i, _k), s in zip(pairs, speed):
+            extra_time[i] += 1.0 / s - 1.0
+        return Interference(tuple(float(1.0 / (1.0 + t)) for t in extra_time), bool(fits.all()) and fits_memory)
+
+
+def _pair_row(a: CoRunner, b: CoRunner, memory_mib: float, spec: list[float]) -> list[float]:
+    mem_a, mem_b = a.mem_mib / memory_mib, b.mem_mib / memory_mib
+    return [*a.signature, *b.signature, a.util, a.util_p90, mem_a, b.util, b.util_p90, mem_b, a.util + b.util,
+            mem_a + mem_b, *spec]

@@ -1,0 +1,80 @@
+"""Build the interference models' training pairs (``data/interference_seed/gavel_pairs.csv``) from
+Gavel's measured co-location throughputs (MIT licence, see that folder's README).
+
+    python model_registry/interference_data.py --shared ../shared/data --out data/interference_seed/gavel_pairs.csv
+
+One row per ordered single-GPU pair on K80, P100 and V100 (consolidated placement; multi-GPU pairs were
+never measured). ``speed_a`` = A's throughput next to B / A alone; ``fits`` is False where the measured
+throughput is zero (the pair could not run together), and ``speed_a`` is then empty. Each Gavel job
+type maps to the catalog graph Gavel trained; the predicted demand columns are the analytic prior's on
+that GPU, so the training data does not depend on which predictor version is champion.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from horus_airflow.features import extract_features
+from horus_airflow.features.gpus import gpu_spec
+from horus_airflow.interference.base import SIGNATURE_FIELDS, signature
+from horus_airflow.interference.pairs import PAIR_COLUMNS
+from horus_airflow.predictor import AnalyticPrior
+
+GAVEL_MODELS = {  # Gavel's job type -> (catalog model, dataset, batch size when the name has none)
+    "ResNet-18": ("resnet18", "cifar10", None),
+    "ResNet-50": ("resnet50", "imagenet", None),
+    "Transformer": ("transformer_base", "multi30k", None),
+    "LM": ("lstm_lm", "wikitext2", None),
+    "Recommendation": ("autoencoder_rec", "ml20m", None),
+    "A3C": ("a3c", "atari", 20),
+    "CycleGAN": ("cyclegan", "horse2zebra", 1),
+}
+_NAME = re.compile(r"^(?P<family>[^(]+?)(?: \(batch size (?P<batch>\d+)\))?$")
+
+
+def job_columns(job_type: str, gpu: str, prior: AnalyticPrior) -> dict[str, float | str]:
+    match = _NAME.match(job_type.strip())
+    assert match, job_type
+    family = match["family"].strip()
+    model, dataset, fixed_batch = GAVEL_MODELS[family]
+    features = extract_features(model, int(match["batch"] or fixed_batch), dataset)
+    demand = prior.predict_one(features, gpu_spec(gpu))
+    return {"family": family, "util": demand.util, "util_p90": demand.util_p90, "mem": demand.mem_mib,
+            **dict(zip(SIGNATURE_FIELDS, signature(features)))}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shared", type=Path, required=True, help="folder holding gavel_colocation/")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    raw = pd.read_csv(args.shared / "gavel_colocation" / "gavel_pair_throughputs.csv")
+    pairs = raw[(raw["placement"] == "consolidated") & (raw["scale_factor"] == 1) & (raw["colocated_scale_factor"] == 1)]
+    prior, cache = AnalyticPrior(), {}
+    rows = []
+    for _, pair in pairs.iterrows():
+        sides = {}
+        for side, job in (("a", pair["job_type"]), ("b", pair["colocated_job_type"])):
+            key = (job, pair["gpu_type"])
+            if key not in cache:
+                cache[key] = job_columns(job, pair["gpu_type"], prior)
+            sides[side] = cache[key]
+        ran = pair["throughput"] > 0
+        row = {"gpu_type": pair["gpu_type"], "job_a": pair["job_type"], "job_b": pair["colocated_job_type"],
+               "family_a": sides["a"]["family"], "family_b": sides["b"]["family"],
+               "speed_a": pair["throughput"] / pair["isolated_throughput"] if ran else None, "fits": bool(ran)}
+        for side in "ab":
+            row.update({f"{c}_{side}": sides[side][c] for c in ("util", "util_p90", "mem")})
+            row.update({f"{side}.{f}": sides[side][f] for f in SIGNATURE_FIELDS})
+        rows.append(row)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows, columns=list(PAIR_COLUMNS)).to_csv(args.out, index=False)
+    print(f"wrote {len(rows)} pairs ({sum(r['fits'] for r in rows)} ran together) to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
