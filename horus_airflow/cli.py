@@ -10,8 +10,13 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from horus_airflow.errors import HorusError
 from horus_airflow.settings import Settings
+
+if TYPE_CHECKING:
+    from horus_airflow.jobs import JobSpec
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,6 +52,30 @@ def main(argv: list[str] | None = None) -> int:
     promote.add_argument("--alias", default="champion")
 
     sub.add_parser("catalog", help="list the catalog's models and datasets")
+
+    interference = sub.add_parser("interference", help="predict each job's speed when the jobs share one GPU")
+    interference.add_argument("--job", action="append", required=True, metavar="SPEC", type=_job_spec,
+                              help="MODEL:BATCH[:amp][@DATASET], once per job (catalog names)")
+    interference.add_argument("--gpu", default="v100", help="GPU type from the spec table (default v100)")
+    interference.add_argument("--model", choices=("summed-utilization", "learned"), default="learned")
+    interference.add_argument("--json", action="store_true", help="print one JSON object")
+
+    place = sub.add_parser("place", help="place one job on a cluster state and explain the decision")
+    place.add_argument("--state", type=Path, required=True, help="cluster-state JSON (docs/PLACEMENT.md)")
+    place.add_argument("--job", required=True, metavar="SPEC", type=_job_spec, help="MODEL:BATCH[:amp][@DATASET]")
+    place.add_argument("--gpus", type=int, default=1, help="GPUs the job needs (a gang, default 1)")
+    place.add_argument("--profile", default="horus-paper", help="built-in profile name or a .yaml path")
+    place.add_argument("--json", action="store_true", help="print the decision with every candidate as JSON")
+
+    model = sub.add_parser("interference-model", help="train, evaluate and promote the interference model")
+    model_actions = model.add_subparsers(dest="action", required=True)
+    for name, text in (("train", "evaluate, fit, log to MLflow and register as challenger"),
+                       ("evaluate", "job types and GPU types held out; nothing is logged")):
+        action = model_actions.add_parser(name, help=text)
+        action.add_argument("--data", type=Path, required=True, help="co-location pairs CSV (docs/PLACEMENT.md)")
+    model_promote = model_actions.add_parser("promote", help="point an alias (default champion) at a version")
+    model_promote.add_argument("version")
+    model_promote.add_argument("--alias", default="champion")
 
     sub.add_parser("inventory", help="show this machine's GPUs and their reservations")
 
@@ -139,6 +168,108 @@ def _predictor(args: argparse.Namespace) -> int:
     return 0
 
 
+def _job_spec(text: str) -> JobSpec:
+    """MODEL:BATCH[:amp][@DATASET]."""
+    from horus_airflow.errors import InvalidJobError
+    from horus_airflow.jobs import JobSpec
+
+    body, _, dataset = text.partition("@")
+    parts = body.split(":")
+    try:
+        if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] != "amp"):
+            raise ValueError
+        return JobSpec(model=parts[0], batch_size=int(parts[1]), dataset=dataset or None,
+                       precision="amp" if len(parts) == 3 else "fp32")
+    except (ValueError, InvalidJobError) as exc:
+        detail = f": {exc}" if str(exc) else ""
+        raise argparse.ArgumentTypeError(f"job {text!r} is not MODEL:BATCH[:amp][@DATASET], e.g. resnet50:64:amp@imagenet{detail}") from exc
+
+
+def _interference(args: argparse.Namespace) -> int:
+    from horus_airflow.features.gpus import gpu_spec
+    from horus_airflow.interference import CoRunner, LearnedInterference, signature
+    from horus_airflow.pipeline import predict_demand
+    from horus_airflow.registry import load_interference
+
+    settings = Settings.from_env()
+    gpu = gpu_spec(args.gpu)
+    model, label = load_interference(settings)
+    if args.model == "learned" and not isinstance(model, LearnedInterference):
+        raise HorusError(f"no learned interference model: {label}; train one with "
+                         "`horus interference-model train --data data/interference_seed/gavel_pairs.csv`")
+    if args.model == "summed-utilization" and isinstance(model, LearnedInterference):
+        model, label = model.fallback, f"summed-utilization curve of {label}"
+    jobs = []
+    for spec in args.job:
+        features, demand = predict_demand(spec, spec.display_name, [gpu.name], settings)
+        need = demand.on(gpu.name)
+        jobs.append((spec, need, CoRunner(need.util, need.util_p90, need.mem_mib, signature(features)), demand.predictor))
+    result = model.predict([j[2] for j in jobs], gpu)
+    out = {
+        "gpu": gpu.name, "model": label, "speeds": [round(s, 4) for s in result.speeds], "fits": result.fits,
+        "jobs": [{"model": spec.model, "batch_size": spec.batch_size, "dataset": spec.dataset, "precision": spec.precision,
+                  "predicted_util": round(need.util, 2), "predicted_mem_mib": round(need.mem_mib), "predictor": predictor,
+                  "speed": round(speed, 4)}
+                 for (spec, need, _, predictor), speed in zip(jobs, result.speeds)],
+    }
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    print(f"GPU {gpu.name}, model {label}: {'fits' if result.fits else 'does NOT fit'}")
+    for job in out["jobs"]:
+        print(f"  {job['model']:<20} b{job['batch_size']:<6} util {job['predicted_util']:>6.1f}%  "
+              f"mem {job['predicted_mem_mib']:>7} MiB  speed {job['speed']:.3f}")
+    return 0
+
+
+def _place(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from horus_airflow.errors import InventoryError
+    from horus_airflow.placement import ClusterState, load_profile, place
+    from horus_airflow.pipeline import predict_demand
+    from horus_airflow.registry import load_interference
+
+    settings = Settings.from_env()
+    try:
+        state = ClusterState.from_dict(json.loads(args.state.read_text()))
+    except FileNotFoundError:
+        raise InventoryError(f"cluster state file not found: {str(args.state)!r}") from None
+    except json.JSONDecodeError as exc:
+        raise InventoryError(f"{str(args.state)!r} is not JSON: {exc}") from exc
+    profile = load_profile(args.profile)
+    spec = replace(args.job, gpus=args.gpus)
+    _, demand = predict_demand(spec, spec.display_name, sorted({g.gpu_type for g in state.gpus}), settings)
+    interference, label = load_interference(settings)
+    decision = place(demand, state, profile, interference)
+    if args.json:
+        print(json.dumps({**decision.to_dict(), "interference_model": label}))
+    else:
+        print(decision.reason if decision.placed else f"not placed: {decision.reason}")
+    return 0 if decision.placed else 1
+
+
+def _interference_model(args: argparse.Namespace) -> int:
+    from horus_airflow.interference.evaluation import evaluate_interference, scores_table
+    from horus_airflow.interference.pairs import read_pairs
+    from horus_airflow.registry import INTERFERENCE_MODEL, train_interference
+    from horus_airflow.registry.versions import promote
+
+    settings = Settings.from_env()
+    if args.action == "promote":
+        promote(settings, INTERFERENCE_MODEL, args.version, args.alias)
+        print(f"{args.alias} -> version {args.version}")
+        return 0
+    pairs = read_pairs(args.data)
+    if args.action == "evaluate":
+        print(scores_table(evaluate_interference(pairs)), end="")
+        return 0
+    outcome = train_interference(settings, pairs, str(args.data))
+    print(scores_table(outcome.scores), end="")
+    print(f"\nMLflow run {outcome.run_id}; registered {INTERFERENCE_MODEL} version {outcome.version} as {', '.join(outcome.aliases)}")
+    return 0
+
+
 def _catalog(_args: argparse.Namespace) -> int:
     from horus_airflow.catalog import DATASETS, WORKLOADS
 
@@ -171,7 +302,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 _COMMANDS = {
     "run": _run, "predict": _predict, "predictor": _predictor, "catalog": _catalog, "inventory": _inventory,
-    "demo": _demo,
+    "demo": _demo, "interference": _interference, "place": _place, "interference-model": _interference_model,
 }
 
 if __name__ == "__main__":

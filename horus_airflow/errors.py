@@ -21,3 +21,7 @@ class NoPlacementError(HorusError):
 
 class LedgerConflictError(HorusError):
     """The ledger changed between snapshot and reservation; re-read and decide again."""
+
+
+class InvalidDemandError(HorusError):
+    """A predicted demand that cannot be placed: NaN, infinite or negative."""

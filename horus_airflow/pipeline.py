@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import sys
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from horus_airflow.backends import LocalBackend, acquire
@@ -18,7 +18,8 @@ from horus_airflow.features.gpus import gpu_spec
 from horus_airflow.jobs import JobSpec
 from horus_airflow.placement import load_profile
 from horus_airflow.predictor import Demand
-from horus_airflow.registry import ProfilingRecord, load_predictor, log_profiling_run
+from horus_airflow.interference import signature
+from horus_airflow.registry import ProfilingRecord, load_interference, load_predictor, log_profiling_run
 from horus_airflow.settings import Settings
 from horus_airflow.telemetry import RunSummary
 
@@ -48,8 +49,8 @@ def predict_demand(
 ) -> tuple[GraphFeatures, Demand]:
     """Features of the job's graph, then the champion predictor's (or the prior's) demand per GPU type."""
     features = spec.features()
-    predictor = load_predictor(settings)
-    return features, predictor.predict(job_id, features, spec.gpus, [gpu_spec(t) for t in gpu_types])
+    demand = load_predictor(settings).predict(job_id, features, spec.gpus, [gpu_spec(t) for t in gpu_types])
+    return features, replace(demand, signature=signature(features))
 
 
 def training_command(spec: JobSpec) -> list[str]:
@@ -88,7 +89,8 @@ def run_job(
     job_id = f"{spec.display_name}-{uuid.uuid4().hex[:8]}"
     command = training_command(spec)
     features, demand = predict_demand(spec, job_id, sorted({g.gpu_type for g in backend.gpus}), settings)
-    acquired = acquire(backend, demand, profile, owner, placement_timeout_s)
+    interference, interference_label = load_interference(settings)
+    acquired = acquire(backend, demand, profile, owner, placement_timeout_s, interference)
     decision, reservation = acquired.decision, acquired.reservation
     placed_on = tuple(gpu for gpu in acquired.state.gpus if gpu.gpu_id in decision.gpu_ids)
     log.info("placed %s: %s", job_id, decision.reason)
@@ -105,7 +107,7 @@ def run_job(
         settings,
         ProfilingRecord(
             spec, features, predicted, demand.predictor, decision, placed_on, summary, run_dir,
-            context_tags or {},
+            {"horus.interference": interference_label, **(context_tags or {})},
         ),
     )
     return JobOutcome(

@@ -1,36 +1,58 @@
-"""The placer: the paper's cost by hand, filters, gang placement and explanations."""
+"""The placer: the paper's cost by hand, filters, scores, gangs, queue policies and explanations."""
 
 from __future__ import annotations
 
+import json
+import math
+from pathlib import Path
+
 import pytest
 
-from horus_airflow.errors import HorusError
-from horus_airflow.placement import ClusterState, GpuState, Resident, builtin_profiles, load_profile, place
-from horus_airflow.placement.plugins import HorusCost, MemoryFit
+from horus_airflow.errors import HorusError, InvalidDemandError
+from horus_airflow.interference import LearnedInterference, SummedUtilization
+from horus_airflow.interference.pairs import read_pairs
+from horus_airflow.placement import (
+    ClusterState,
+    GpuState,
+    Resident,
+    Waiting,
+    builtin_profiles,
+    load_profile,
+    place,
+    schedule,
+)
+from horus_airflow.placement.profiles import parse_profile
 from horus_airflow.predictor import Demand, GpuDemand
 
 A100 = "a100-80gb"
+PAIRS = Path(__file__).resolve().parent.parent / "data" / "interference_seed" / "gavel_pairs.csv"
 
 
-def gpu(index: int, *residents: Resident, node: str = "n1", gpu_type: str = A100, memory: float = 80_000) -> GpuState:
-    return GpuState(f"{node}/{index}", node, index, gpu_type, memory, tuple(residents))
+def gpu(index: int, *residents: Resident, node: str = "n1", gpu_type: str = A100, memory: float = 80_000,
+        rack: str = "", healthy: bool = True) -> GpuState:
+    return GpuState(f"{node}/{index}", node, index, gpu_type, memory, tuple(residents), healthy=healthy, rack=rack)
 
 
-def demand(util: float, mem: float, gpus: int = 1) -> Demand:
-    return Demand("job", gpus, {A100: GpuDemand(util, util * 1.1, mem)})
+def demand(util: float, mem: float, gpus: int = 1, job: str = "job") -> Demand:
+    return Demand(job, gpus, {A100: GpuDemand(util, min(100.0, util * 1.1), mem)})
+
+
+def only(decision_candidates: tuple) -> object:
+    (candidate,) = decision_candidates
+    return candidate
 
 
 def test_horus_cost_matches_a_hand_computation_with_the_intended_memory_term() -> None:
-    resident = Resident("r", util=70, util_p90=75, mem_mib=20_000)
-    cost = HorusCost().cost(GpuDemand(50, 55, 20_000), gpu(0, resident))
+    state = ClusterState((gpu(0, Resident("r", util=70, util_p90=75, mem_mib=20_000)),))
+    candidate = only(place(demand(50, 20_000), state, load_profile("horus-paper")).candidates)
     # memory 1.3 * (20000 + 20000) / 80000 = 0.65; util (120 - 100) * 1.6 / 100 = 0.32; residents 1
-    assert cost.parts == pytest.approx({"memory": 0.65, "util": 0.32, "residents": 1.0})
-    assert cost.value == pytest.approx(1.97)
+    assert candidate.cost_parts == pytest.approx({"horus-cost.memory": 0.65, "horus-cost.util": 0.32, "horus-cost.residents": 1.0})
+    assert candidate.cost == pytest.approx(1.97)
 
 
 def test_under_subscription_costs_the_gap_unweighted() -> None:
-    cost = HorusCost().cost(GpuDemand(30, 33, 0), gpu(0))
-    assert cost.parts["util"] == pytest.approx(0.70)
+    candidate = only(place(demand(30, 0), ClusterState((gpu(0),)), load_profile("horus-paper")).candidates)
+    assert candidate.cost_parts["horus-cost.util"] == pytest.approx(0.70)
 
 
 def test_paper_profile_shares_the_gpu_whose_summed_util_lands_nearest_100() -> None:
@@ -41,11 +63,18 @@ def test_paper_profile_shares_the_gpu_whose_summed_util_lands_nearest_100() -> N
     assert "summed util 100%" in decision.reason
 
 
-def test_memory_fit_rejects_with_a_reason_and_counts_residents_memory() -> None:
-    full = gpu(0, Resident("a", 10, 11, 70_000))
-    verdict = MemoryFit(driver_reserved_mib=300, margin_fraction=0.05).check(GpuDemand(10, 11, 6_000), full)
-    assert not verdict.passed
-    assert "76000 MiB" in verdict.reason
+def test_memory_fit_rejects_with_the_numbers_it_judged_by() -> None:
+    state = ClusterState((gpu(0, Resident("a", 10, 11, 70_000)),))
+    decision = place(demand(10, 6_000), state, load_profile("horus-paper"))
+    assert not decision.placed
+    assert "memory 76000 > 75700 MiB usable" in only(decision.candidates).rejection
+
+
+def test_unhealthy_gpus_are_never_chosen() -> None:
+    state = ClusterState((gpu(0, healthy=False), gpu(1)))
+    decision = place(demand(10, 1000), state, load_profile("horus-paper"))
+    assert decision.gpu_ids == ("n1/1",)
+    assert "unhealthy" in decision.candidates[0].rejection
 
 
 def test_exclusive_profile_never_shares() -> None:
@@ -63,13 +92,37 @@ def test_gang_placement_is_all_or_nothing_on_one_node() -> None:
     assert not place(demand(50, 1000, gpus=2), lonely, load_profile("horus-paper")).placed
 
 
-def test_explanation_lists_every_candidate_with_verdicts_and_costs() -> None:
+def test_a_gang_may_span_nodes_of_one_rack_when_locality_allows() -> None:
+    state = ClusterState((gpu(0, node="a", rack="r1"), gpu(0, node="b", rack="r1"), gpu(0, node="c", rack="r2")))
+    spanning = load_profile("horus-ml")
+    decision = place(demand(50, 1000, gpus=2), state, spanning)
+    assert decision.gpu_ids == ("a/0", "b/0") and "on 2 nodes" in decision.reason
+    assert not place(demand(50, 1000, gpus=3), state, spanning).placed  # racks are never mixed
+
+
+def test_binpack_and_spread_choose_opposite_gpus() -> None:
+    state = ClusterState((gpu(0, Resident("a", 20, 22, 30_000)), gpu(1)))
+    assert place(demand(20, 1000), state, load_profile("binpack")).gpu_ids == ("n1/0",)
+    assert place(demand(20, 1000), state, load_profile("spread")).gpu_ids == ("n1/1",)
+
+
+def test_exclusive_fills_busy_nodes_before_opening_idle_ones() -> None:
+    state = ClusterState((gpu(0, node="idle"), gpu(0, Resident("a", 20, 22, 1000), node="busy"), gpu(1, node="busy")))
+    assert place(demand(20, 1000), state, load_profile("exclusive")).gpu_ids == ("busy/1",)
+
+
+def test_explanation_lists_every_candidate_and_serialises() -> None:
     state = ClusterState((gpu(0), gpu(1, Resident("a", 50, 55, 79_000))))
     decision = place(demand(50, 2000), state, load_profile("horus-paper"))
     assert [c.gpu_id for c in decision.candidates] == ["n1/0", "n1/1"]
     chosen, rejected = decision.candidates
     assert chosen.passed and chosen.cost is not None and "horus-cost.util" in chosen.cost_parts
     assert not rejected.passed and "memory-fit" in rejected.rejection
+    document = json.loads(json.dumps(decision.to_dict()))
+    assert document["gpu_ids"] == ["n1/0"] and len(document["candidates"]) == 2
+    annotations = decision.annotations()
+    assert annotations["horus.ai/gpu-ids"] == "n1/0"
+    assert json.loads(annotations["horus.ai/explanation"])["reason"] == decision.reason
 
 
 def test_gpu_type_without_prediction_is_filtered_not_crashed() -> None:
@@ -78,7 +131,92 @@ def test_gpu_type_without_prediction_is_filtered_not_crashed() -> None:
     assert "no prediction" in decision.reason
 
 
-def test_profiles_are_data_and_unknown_ones_are_named() -> None:
-    assert {"horus-paper", "exclusive"} <= set(builtin_profiles())
+@pytest.mark.parametrize("value", [math.nan, -1.0, math.inf])
+def test_nan_or_negative_demand_is_refused(value: float) -> None:
+    with pytest.raises(InvalidDemandError, match="must be a finite number >= 0"):
+        GpuDemand(value, 10, 100)
+    with pytest.raises(InvalidDemandError, match="mem_mib"):
+        GpuDemand(10, 10, value)
+
+
+def test_profiles_are_data_and_unknown_names_list_the_accepted_ones() -> None:
+    assert {"exclusive", "gandiva-pack", "binpack", "spread", "horus-paper", "horus-ml"} <= set(builtin_profiles())
     with pytest.raises(HorusError, match="built-in profiles: .*horus-paper"):
         load_profile("horus-papr")
+    with pytest.raises(HorusError, match="unknown score 'interfrence'; accepted: horus-cost, allocation"):
+        parse_profile({"name": "x", "scores": [{"name": "interfrence"}]})
+    with pytest.raises(HorusError, match="unknown queue policy 'lifo'; accepted: fifo, lookahead"):
+        parse_profile({"name": "x", "queue": {"policy": "lifo"}})
+    with pytest.raises(HorusError, match="filter 'max-residents': .*unexpected keyword argument 'limt'"):
+        parse_profile({"name": "x", "filters": [{"name": "max-residents", "args": {"limt": 2}}]})
+
+
+def test_a_users_profile_file_loads(tmp_path: Path) -> None:
+    path = tmp_path / "mine.yaml"
+    path.write_text("name: mine\nfilters: [{name: max-residents, args: {limit: 2}}]\nscores: [{name: horus-cost}]\n"
+                    "queue: {policy: shortest-first}\n")
+    profile = load_profile(str(path))
+    assert profile.name == "mine" and profile.queue.name == "shortest-first"
+
+
+@pytest.fixture(scope="module")
+def learned() -> LearnedInterference:
+    return LearnedInterference().fit(read_pairs(PAIRS))
+
+
+def test_horus_ml_rejects_a_gpu_where_a_co_runner_would_crawl(learned: LearnedInterference) -> None:
+    signature = (12.0, 7.4, 10.0, 1.8, 0.99, 0.01, 0.0, 0.0, 2.9, 0.0)  # a ResNet-50-sized image job
+    heavy = Resident("heavy", 95, 99, 30_000, signature)
+    state = ClusterState((gpu(0, heavy), gpu(1, Resident("light", 10, 11, 2000, signature))))
+    job = Demand("new", 1, {A100: GpuDemand(90, 95, 20_000)}, signature=signature)
+    decision = place(job, state, load_profile("horus-ml"), learned)
+    assert decision.placed
+    reasons = {c.gpu_id: c for c in decision.candidates}
+    assert "interference" in dict(reasons["n1/1"].verdicts)
+    assert "interference.newcomer_slowdown" in reasons[decision.gpu_ids[0]].cost_parts
+    strict = SummedUtilization((100.0, 150.0, 200.0), (1.0, 0.4, 0.2))
+    refused = place(job, ClusterState((gpu(0, heavy),)), load_profile("horus-ml"), strict)
+    assert not refused.placed and "co-runner would fall to speed" in refused.reason
+
+
+def waiting(job: str, util: float, arrival: float, **extra: object) -> Waiting:
+    return Waiting(demand(util, 1000, job=job), arrival, **extra)  # type: ignore[arg-type]
+
+
+def test_queue_policies_order_the_waiting_jobs() -> None:
+    jobs = [waiting("a", 90, 0), waiting("b", 20, 1), waiting("c", 50, 2, expected_runtime_s=10.0),
+            waiting("d", 10, 3, queue="team-b"), waiting("e", 5, 4), waiting("f", 1, 5)]
+    order = {name: [w.demand.job_id for w in load_profile_with_queue(name).queue.order(jobs, {"team-b": 9.0})]
+             for name in ("fifo", "lookahead", "shortest-first", "credit")}
+    assert order["fifo"] == ["a"]
+    assert order["lookahead"] == ["e", "d", "b", "c", "a"]  # the five oldest, lowest predicted util first
+    assert order["shortest-first"][0] == "c"
+    assert order["credit"][0] == "d"
+
+
+def test_a_starving_job_is_tried_alone_first() -> None:
+    jobs = [waiting("old", 90, 0, skips=10), waiting("new", 5, 1)]
+    for name in ("lookahead", "shortest-first", "credit"):
+        assert [w.demand.job_id for w in load_profile_with_queue(name).queue.order(jobs)] == ["old"]
+
+
+def test_schedule_places_the_first_job_that_fits_in_policy_order() -> None:
+    state = ClusterState((gpu(0, Resident("r", 60, 66, 70_000)),))
+    jobs = [waiting("big", 10, 0), waiting("small", 30, 1)]
+    jobs[0] = Waiting(demand(10, 40_000, job="big"), 0)
+    done = schedule(jobs, state, load_profile("horus-paper"))
+    assert done.job is not None and done.job.demand.job_id == "small"
+    assert [d.job_id for d in done.tried] == ["big", "small"]
+    assert schedule(jobs, state, load_profile_with_queue("fifo")).job is None
+
+
+def load_profile_with_queue(policy: str):  # type: ignore[no-untyped-def]
+    return parse_profile({"name": policy, "filters": [{"name": "memory-fit"}], "scores": [{"name": "horus-cost"}],
+                          "queue": {"policy": policy}})
+
+
+def test_cluster_state_json_round_trips_and_bad_input_is_named() -> None:
+    state = ClusterState((gpu(0, Resident("a", 10, 11, 1000, (1.0, 2.0)), rack="r1"),), version=7)
+    assert ClusterState.from_dict(json.loads(json.dumps(state.to_dict()))) == state
+    with pytest.raises(HorusError, match="malformed cluster state .*expected"):
+        ClusterState.from_dict({"gpus": [{"node": "n"}]})

@@ -9,6 +9,7 @@ from typing import Callable, Protocol
 
 from horus_airflow.backends.ledger import Reservation
 from horus_airflow.errors import LedgerConflictError, NoPlacementError
+from horus_airflow.interference import InterferenceModel
 from horus_airflow.placement import ClusterState, Decision, Profile, place
 from horus_airflow.predictor.demand import Demand
 
@@ -40,6 +41,7 @@ def acquire(
     profile: Profile,
     owner: str,
     timeout_s: float,
+    interference: InterferenceModel | None = None,
     poll_s: float = 2.0,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
@@ -52,7 +54,7 @@ def acquire(
     conflicts = 0
     while True:
         state = backend.snapshot()
-        decision = place(demand, state, profile)
+        decision = place(demand, state, profile, interference)
         if decision.placed:
             try:
                 return Acquired(decision, backend.reserve(decision, demand, owner), state, conflicts)
@@ -61,7 +63,7 @@ def acquire(
                 log.info("ledger conflict (%s), deciding again", exc)
                 continue
         idle = ClusterState(tuple(replace(gpu, residents=()) for gpu in state.gpus), state.version)
-        if not place(demand, idle, profile).placed:
+        if not place(demand, idle, profile, interference).placed:
             raise NoPlacementError(f"job {demand.job_id} cannot fit even on idle GPUs: {decision.reason}")
         if clock() >= deadline:
             raise NoPlacementError(f"job {demand.job_id} not placed within {timeout_s:.0f} s: {decision.reason}")

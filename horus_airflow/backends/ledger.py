@@ -33,6 +33,7 @@ CREATE TABLE IF NOT EXISTS reservations (
     created_at REAL NOT NULL,
     lease_expires_at REAL NOT NULL,
     released_at REAL,
+    signature TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (reservation_id, gpu_id)
 );
 CREATE INDEX IF NOT EXISTS reservations_active ON reservations (released_at, lease_expires_at);
@@ -47,6 +48,7 @@ class Booking:
     util: float
     util_p90: float
     mem_mib: float
+    signature: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,9 @@ class SqliteLedger:
         path.parent.mkdir(parents=True, exist_ok=True)
         with closing(self._connect()) as conn:
             conn.executescript("BEGIN IMMEDIATE;" + _SCHEMA + "COMMIT;")
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(reservations)")}
+            if "signature" not in columns:  # a ledger written before interference signatures existed
+                conn.execute("ALTER TABLE reservations ADD COLUMN signature TEXT NOT NULL DEFAULT ''")
 
     def active(self, now: float) -> tuple[int, dict[str, list[Resident]]]:
         """The ledger version and the live residents of every GPU (expired leases do not count)."""
@@ -71,14 +76,15 @@ class SqliteLedger:
             conn.execute("BEGIN")
             version = conn.execute("SELECT version FROM ledger_version").fetchone()[0]
             rows = conn.execute(
-                "SELECT gpu_id, job_id, util, util_p90, mem_mib FROM reservations "
+                "SELECT gpu_id, job_id, util, util_p90, mem_mib, signature FROM reservations "
                 "WHERE released_at IS NULL AND lease_expires_at > ? ORDER BY created_at",
                 (now,),
             ).fetchall()
             conn.execute("COMMIT")
         residents: dict[str, list[Resident]] = {}
-        for gpu_id, job_id, util, util_p90, mem in rows:
-            residents.setdefault(gpu_id, []).append(Resident(job_id, util, util_p90, mem))
+        for gpu_id, job_id, util, util_p90, mem, signature in rows:
+            values = tuple(float(x) for x in signature.split(",")) if signature else ()
+            residents.setdefault(gpu_id, []).append(Resident(job_id, util, util_p90, mem, values))
         return version, residents
 
     def reserve(
@@ -92,9 +98,11 @@ class SqliteLedger:
             if version != expected_version:
                 raise LedgerConflictError(f"ledger at version {version}, decision made at {expected_version}")
             conn.executemany(
-                "INSERT INTO reservations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)",
+                "INSERT INTO reservations (reservation_id, gpu_id, job_id, owner, util, util_p90, mem_mib, created_at, "
+                "lease_expires_at, signature) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
-                    (reservation_id, b.gpu_id, job_id, owner, b.util, b.util_p90, b.mem_mib, now, expires)
+                    (reservation_id, b.gpu_id, job_id, owner, b.util, b.util_p90, b.mem_mib, now, expires,
+                     ",".join(repr(x) for x in b.signature))
                     for b in bookings
                 ],
             )

@@ -103,7 +103,7 @@ replace(gpu, residents=tuple(residents.get(gpu.gpu_id, ()))) for gpu in self.gpu
         bookings = []
         for gpu_id in decision.gpu_ids:
             need = demand.on(self.gpu(gpu_id).gpu_type)
-            bookings.append(Booking(gpu_id, need.util, need.util_p90, need.mem_mib))
+            bookings.append(Booking(gpu_id, need.util, need.util_p90, need.mem_mib, demand.signature))
         return self.ledger.reserve(
             decision.state_version, demand.job_id, owner, bookings, self.clock(), self.settings.lease_seconds
         )

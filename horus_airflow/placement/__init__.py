@@ -1,7 +1,9 @@
-"""Placement engine: filter and score plugins composed into profiles; pure, no clock and no I/O."""
+"""Placement engine: filter and score plugins composed into profiles, queue policies; pure, no clock
+and no I/O."""
 
-from horus_airflow.placement.placer import Candidate, Decision, place
+from horus_airflow.placement.placer import Candidate, Decision, Scheduled, place, schedule
 from horus_airflow.placement.profiles import Profile, builtin_profiles, load_profile
+from horus_airflow.placement.queue import Waiting
 from horus_airflow.placement.state import ClusterState, GpuState, Resident
 
 __all__ = [
@@ -11,7 +13,10 @@ __all__ = [
     "GpuState",
     "Profile",
     "Resident",
+    "Scheduled",
+    "Waiting",
     "builtin_profiles",
     "load_profile",
     "place",
+    "schedule",
 ]

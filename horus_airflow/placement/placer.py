@@ -1,14 +1,30 @@
-"""The placer: a pure function of (job demand, cluster state, profile) to a decision with its reasons."""
+"""The placer: a pure function of (job demand, cluster state, profile) to a decision with its reasons.
+
+Filters and scores run on whole arrays; the interference score runs on the ``score_top`` best
+candidates only; a gang takes the cheapest set of GPUs on one node, or across the fewest nodes of one
+rack when the profile's locality allows more than one. The explanation (every candidate's verdicts and
+score terms) is built only when asked for, from the arrays the decision was made with.
+"""
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import dataclass, field
-from itertools import groupby
+from functools import cached_property
+from typing import Any, Mapping, Sequence
 
-from horus_airflow.placement.plugins import Verdict
+import numpy as np
+
+from horus_airflow.interference import InterferenceModel, SummedUtilization
+from horus_airflow.placement.plugins import FilterResult, Need, Verdict
 from horus_airflow.placement.profiles import Profile
-from horus_airflow.placement.state import ClusterState, GpuState
+from horus_airflow.placement.queue import Waiting
+from horus_airflow.placement.state import ClusterState
 from horus_airflow.predictor.demand import Demand
+
+_DEFAULT_INTERFERENCE = SummedUtilization()
+_TOP_IN_ANNOTATIONS = 5
 
 
 @dataclass(frozen=True)
@@ -29,85 +45,247 @@ class Candidate:
     def rejection(self) -> str:
         return "; ".join(f"{name}: {v.reason}" for name, v in self.verdicts if not v.passed)
 
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "gpu_id": self.gpu_id, "gpu_type": self.gpu_type, "passed": self.passed,
+            "verdicts": [{"plugin": name, "passed": v.passed, "reason": v.reason} for name, v in self.verdicts],
+            "cost": self.cost, "cost_parts": self.cost_parts,
+        }
+
+
+@dataclass(frozen=True)
+class _Trace:
+    """What the decision was computed from, kept to explain it later."""
+
+    state: ClusterState
+    profile: Profile
+    need: Need
+    filters: tuple[FilterResult, ...]
+    first_failure: np.ndarray  # index of the first failing filter, len(filters) for late, -1 passed, -2 no prediction
+    parts: dict[str, np.ndarray]
+    total: np.ndarray
+    late_rows: dict[int, int]  # GPU position -> row of the late arrays
+    late_passed: np.ndarray
+    late_parts: dict[str, np.ndarray]
+
 
 @dataclass(frozen=True)
 class Decision:
-    """Where a job goes (``gpu_ids`` empty when nowhere) and why: candidates, verdicts and scores."""
+    """Where a job goes (``gpu_ids`` empty when nowhere) and why: a one-line reason, and candidates
+    with their filter verdicts and score terms (computed on first use)."""
 
     job_id: str
     profile: str
     gpu_ids: tuple[str, ...]
-    candidates: tuple[Candidate, ...]
     reason: str
     state_version: int
+    cost: float | None = None
+    trace: _Trace | None = field(default=None, compare=False, repr=False)
 
     @property
     def placed(self) -> bool:
         return bool(self.gpu_ids)
 
+    @cached_property
+    def candidates(self) -> tuple[Candidate, ...]:
+        return _candidates(self.trace) if self.trace else ()
 
-def place(demand: Demand, state: ClusterState, profile: Profile) -> Decision:
-    """Filter every GPU, score the survivors, then take the cheapest ``demand.gpus`` on one node."""
-    candidates = tuple(_judge(demand, gpu, profile) for gpu in state.gpus)
-    by_id = {gpu.gpu_id: gpu for gpu in state.gpus}
-    passing = sorted((c for c in candidates if c.passed), key=lambda c: by_id[c.gpu_id].node)
-    best: list[Candidate] | None = None
-    for _node, group in groupby(passing, key=lambda c: by_id[c.gpu_id].node):
-        chosen = sorted(group, key=lambda c: (c.cost, by_id[c.gpu_id].index))[: demand.gpus]
-        if len(chosen) == demand.gpus and (best is None or _total(chosen) < _total(best)):
-            best = chosen
-    if best is None:
-        return Decision(demand.job_id, profile.name, (), candidates, _why_not(demand, candidates), state.version)
-    return Decision(
-        demand.job_id,
-        profile.name,
-        tuple(c.gpu_id for c in best),
-        candidates,
-        _why(demand, best, by_id, len(passing), len(candidates)),
-        state.version,
-    )
+    def to_dict(self, top: int | None = None) -> dict[str, Any]:
+        """JSON form; ``top`` keeps only the chosen GPUs and the ``top`` cheapest other candidates."""
+        candidates = self.candidates
+        if top is not None:
+            chosen = [c for c in candidates if c.gpu_id in self.gpu_ids]
+            others = sorted((c for c in candidates if c.passed and c.gpu_id not in self.gpu_ids), key=lambda c: c.cost or 0.0)
+            candidates = (*chosen, *others[:top])
+        return {
+            "job_id": self.job_id, "profile": self.profile, "gpu_ids": list(self.gpu_ids), "reason": self.reason,
+            "state_version": self.state_version, "cost": self.cost, "candidates": [c.to_dict() for c in candidates],
+        }
+
+    def annotations(self, prefix: str = "horus.ai") -> dict[str, str]:
+        """Pod annotations: the reason, the GPUs and a compact explanation (chosen plus the next best)."""
+        return {
+            f"{prefix}/placement-reason": self.reason[:1000],
+            f"{prefix}/gpu-ids": ",".join(self.gpu_ids),
+            f"{prefix}/profile": self.profile,
+            f"{prefix}/explanation": json.dumps(self.to_dict(top=_TOP_IN_ANNOTATIONS), separators=(",", ":")),
+        }
 
 
-def _judge(demand: Demand, gpu: GpuState, profile: Profile) -> Candidate:
-    need = demand.per_type.get(gpu.gpu_type)
-    if need is None:
-        return Candidate(gpu.gpu_id, gpu.gpu_type, (("prediction", Verdict(False, "no prediction for this GPU type")),))
-    verdicts = []
-    for plugin in profile.filters:
-        verdict = plugin.check(need, gpu)
-        verdicts.append((plugin.name, verdict))
-        if not verdict.passed:
-            return Candidate(gpu.gpu_id, gpu.gpu_type, tuple(verdicts))
-    parts: dict[str, float] = {}
-    total = 0.0
+def place(demand: Demand, state: ClusterState, profile: Profile, interference: InterferenceModel | None = None) -> Decision:
+    """Filter every GPU, score the survivors, run the interference score on the best ``score_top``,
+    then take the cheapest set of ``demand.gpus`` GPUs."""
+    gpus = state.arrays
+    count = len(state.gpus)
+    need = _need(demand, state)
+    alive = need.predicted.copy()
+    first_failure = np.where(alive, -1, -2)
+    results = []
+    for position, plugin in enumerate(profile.filters):
+        result = plugin.evaluate(need, gpus)
+        failing = alive & ~result.passed
+        first_failure[failing] = position
+        alive &= result.passed
+        results.append(result)
+    total = np.zeros(count)
+    parts: dict[str, np.ndarray] = {}
     for weighted in profile.scores:
-        cost = weighted.plugin.cost(need, gpu)
-        total += weighted.weight * cost.value
-        parts.update({f"{weighted.plugin.name}.{k}": v for k, v in cost.parts.items()})
-    return Candidate(gpu.gpu_id, gpu.gpu_type, tuple(verdicts), total, parts)
+        terms = weighted.plugin.costs(need, gpus)
+        for key, value in terms.items():
+            parts[f"{weighted.plugin.name}.{key}"] = np.asarray(value, dtype=float)
+            total += weighted.weight * np.asarray(value, dtype=float)
+    late_rows: dict[int, int] = {}
+    late_passed, late_parts = np.ones(0, dtype=bool), {}
+    if profile.late is not None:
+        plugin, weight = profile.late
+        ranked = np.flatnonzero(alive)
+        ranked = ranked[np.argsort(total[ranked], kind="stable")][: max(profile.score_top, demand.gpus)]
+        late_passed, late_terms = plugin.late(need, state, ranked, interference or _DEFAULT_INTERFERENCE)
+        late_rows = {int(i): row for row, i in enumerate(ranked)}
+        late_parts = {f"{plugin.name}.{k}": v for k, v in late_terms.items()}
+        scored = np.zeros(count, dtype=bool)
+        scored[ranked] = late_passed
+        first_failure[ranked[~late_passed]] = len(profile.filters)
+        total[ranked] += weight * (late_terms["newcomer_slowdown"] + late_terms["resident_slowdown"])
+        alive &= scored
+    trace = _Trace(state, profile, need, tuple(results), first_failure, parts, total, late_rows, late_passed, late_parts)
+    chosen, cost = _choose(demand.gpus, alive, total, state, profile)
+    if not chosen:
+        return Decision(demand.job_id, profile.name, (), _why_not(demand, alive, trace), state.version, None, trace)
+    gpu_ids = tuple(state.gpus[i].gpu_id for i in chosen)
+    reason = _why(demand, chosen, cost, int(alive.sum()), trace)
+    return Decision(demand.job_id, profile.name, gpu_ids, reason, state.version, cost, trace)
 
 
-def _total(chosen: list[Candidate]) -> float:
-    return sum(c.cost or 0.0 for c in chosen)
+@dataclass(frozen=True)
+class Scheduled:
+    """What one scheduling round did: the job placed (None when none could be) and every decision tried."""
+
+    job: Waiting | None
+    decision: Decision | None
+    tried: tuple[Decision, ...]
 
 
-def _why(demand: Demand, chosen: list[Candidate], by_id: dict[str, GpuState], passing: int, total: int) -> str:
-    first = by_id[chosen[0].gpu_id]
+def schedule(
+    waiting: Sequence[Waiting],
+    state: ClusterState,
+    profile: Profile,
+    interference: InterferenceModel | None = None,
+    credits: Mapping[str, float] | None = None,
+) -> Scheduled:
+    """Try the waiting jobs in the order the profile's queue policy gives; the first that fits wins."""
+    tried = []
+    for job in profile.queue.order(waiting, credits):
+        decision = place(job.demand, state, profile, interference)
+        tried.append(decision)
+        if decision.placed:
+            return Scheduled(job, decision, tuple(tried))
+    return Scheduled(None, None, tuple(tried))
+
+
+def _need(demand: Demand, state: ClusterState) -> Need:
+    gpus = state.arrays
+    table = np.full((len(gpus.types), 3), np.nan)
+    for position, gpu_type in enumerate(gpus.types):
+        found = demand.per_type.get(gpu_type)
+        if found is not None:
+            table[position] = (found.util, found.util_p90, found.mem_mib)
+    per_gpu = table[gpus.type_index] if len(state.gpus) else np.zeros((0, 3))
+    predicted = ~np.isnan(per_gpu[:, 0])
+    per_gpu = np.nan_to_num(per_gpu)
+    return Need(per_gpu[:, 0], per_gpu[:, 1], per_gpu[:, 2], predicted, demand.signature)
+
+
+def _choose(k: int, alive: np.ndarray, total: np.ndarray, state: ClusterState, profile: Profile) -> tuple[list[int], float | None]:
+    feasible = np.flatnonzero(alive)
+    if len(feasible) < k:
+        return [], None
+    gpus = state.arrays
+    if k == 1:
+        best = int(feasible[np.argmin(total[feasible])])
+        return [best], float(total[best])
+    order = feasible[np.lexsort((gpus.gpu_index[feasible], total[feasible], gpus.node_index[feasible]))]
+    best_set: list[int] = []
+    best_cost = math.inf
+    for node in np.unique(gpus.node_index[order]):
+        on_node = order[gpus.node_index[order] == node][:k]
+        if len(on_node) == k and total[on_node].sum() < best_cost:
+            best_set, best_cost = [int(i) for i in on_node], float(total[on_node].sum())
+    if best_set or profile.locality is None or profile.locality[0].max_nodes <= 1:
+        return best_set, (best_cost if best_set else None)
+    locality, weight = profile.locality
+    for rack in np.unique(gpus.rack_index[order]):
+        in_rack = order[gpus.rack_index[order] == rack]
+        nodes = np.unique(gpus.node_index[in_rack])
+        by_size = sorted(nodes, key=lambda n: (-(gpus.node_index[in_rack] == n).sum(), total[in_rack[gpus.node_index[in_rack] == n]].sum()))
+        picked: list[int] = []
+        for node in by_size[: locality.max_nodes]:
+            picked.extend(int(i) for i in in_rack[gpus.node_index[in_rack] == node][: k - len(picked)])
+            if len(picked) == k:
+                break
+        if len(picked) == k:
+            used = len({int(gpus.node_index[i]) for i in picked})
+            cost = float(total[picked].sum()) + weight * locality.set_cost(used, 1)
+            if cost < best_cost:
+                best_set, best_cost = picked, cost
+    return best_set, (best_cost if best_set else None)
+
+
+def _why(demand: Demand, chosen: list[int], cost: float | None, passing: int, trace: _Trace) -> str:
+    first = trace.state.gpus[chosen[0]]
     need = demand.on(first.gpu_type)
     residents = len(first.residents)
     sharing = f"shares with {residents} job(s), summed util {first.summed_util + need.util:.0f}%" if residents else "empty GPU"
-    gpus = ",".join(c.gpu_id for c in chosen)
+    row = trace.late_rows.get(chosen[0])
+    if row is not None:
+        sharing += f", predicted speed {1.0 - trace.late_parts['interference.newcomer_slowdown'][row]:.2f}"
+    nodes = {trace.state.gpus[i].node for i in chosen}
+    span = f" on {len(nodes)} nodes" if len(nodes) > 1 else ""
+    gpus = ",".join(trace.state.gpus[i].gpu_id for i in chosen)
     return (
-        f"{gpus} ({first.gpu_type}): {sharing}; lowest cost {chosen[0].cost:.2f} "
-        f"of {passing} feasible / {total} GPUs; {demand.explained()}"
+        f"{gpus} ({first.gpu_type}){span}: {sharing}; lowest cost {cost or 0.0:.2f} "
+        f"of {passing} feasible / {len(trace.state.gpus)} GPUs; {demand.explained()}"
     )
 
 
-def _why_not(demand: Demand, candidates: tuple[Candidate, ...]) -> str:
-    if not candidates:
-        return "no GPUs in the inventory"
-    passing = sum(c.passed for c in candidates)
+def _why_not(demand: Demand, alive: np.ndarray, trace: _Trace) -> str:
+    if not trace.state.gpus:
+        return f"no GPUs in the inventory; {demand.explained()}"
+    passing = int(alive.sum())
     if passing and passing < demand.gpus:
-        return f"needs {demand.gpus} GPUs on one node, only {passing} feasible"
-    shown = "; ".join(f"{c.gpu_id}: {c.rejection}" for c in candidates[:4])
+        return f"needs {demand.gpus} GPUs, only {passing} feasible; {demand.explained()}"
+    if passing:
+        return f"needs {demand.gpus} GPUs on one node (or the profile's locality limit), none has enough feasible; {demand.explained()}"
+    shown = "; ".join(f"{c.gpu_id}: {c.rejection}" for c in _candidates(trace, limit=4))
     return f"no feasible GPU ({shown}); {demand.explained()}"
+
+
+def _candidates(trace: _Trace, limit: int | None = None) -> tuple[Candidate, ...]:
+    out = []
+    filters = trace.profile.filters
+    for i, gpu in enumerate(trace.state.gpus[:limit]):
+        failed_at = int(trace.first_failure[i])
+        if failed_at == -2:
+            out.append(Candidate(gpu.gpu_id, gpu.gpu_type, (("prediction", Verdict(False, "no prediction for this GPU type")),)))
+            continue
+        checked = len(filters) if failed_at < 0 or failed_at >= len(filters) else failed_at + 1
+        verdicts = []
+        for position in range(checked):
+            result = trace.filters[position]
+            passed = bool(result.passed[i])
+            values = {k: float(v[i]) for k, v in result.values.items()}
+            verdicts.append((filters[position].name, Verdict(passed, filters[position].describe(passed, values))))
+        row = trace.late_rows.get(i)
+        if row is not None and trace.profile.late is not None:
+            passed = bool(trace.late_passed[row])
+            speed = float(trace.late_parts["interference.min_speed"][row])
+            verdicts.append(("interference", Verdict(passed, f"slowest co-runner at speed {speed:.2f}" if passed
+                                                     else f"does not fit or a co-runner would fall to speed {speed:.2f}")))
+        if not all(v.passed for _, v in verdicts):
+            out.append(Candidate(gpu.gpu_id, gpu.gpu_type, tuple(verdicts)))
+            continue
+        parts = {k: float(v[i]) for k, v in trace.parts.items()}
+        if row is not None:
+            parts.update({k: float(v[row]) for k, v in trace.late_parts.items()})
+        out.append(Candidate(gpu.gpu_id, gpu.gpu_type, tuple(verdicts), float(trace.total[i]), parts))
+    return tuple(out)

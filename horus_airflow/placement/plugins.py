@@ -1,16 +1,28 @@
 """Filter and score plugins, after the Kubernetes scheduling framework.
 
-A filter says whether a GPU can take one worker of a job at all, and why not. A score gives a cost
-(lower is better) with its parts, so the explanation can show where the number came from.
+A filter says, for every GPU at once, whether it can take one worker of a job, and keeps the numbers it
+judged by so the explanation can say why. A score gives every GPU a cost (lower is better) as named
+parts. Plugins work on whole arrays (one entry per GPU): a decision over 8,192 GPUs is a handful of
+vector operations, not 8,192 Python calls.
+
+Two kinds are special: ``locality`` prices a *set* of GPUs (nodes and racks a gang spans), and
+``interference`` is *late*: it asks an interference model about each candidate's co-residents, so it
+runs only on the best candidates by the other scores (``score_top`` in the profile, as Kubernetes'
+percentageOfNodesToScore).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Mapping, Protocol
+from typing import Callable, Mapping, Protocol, Sequence
 
-from horus_airflow.placement.state import GpuState
-from horus_airflow.predictor.demand import GpuDemand
+import numpy as np
+
+from horus_airflow.features.gpus import gpu_spec
+from horus_airflow.interference import CoRunner, InterferenceModel
+from horus_airflow.placement.state import ClusterArrays, ClusterState
+
+Values = Mapping[str, np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -20,46 +32,66 @@ class Verdict:
 
 
 @dataclass(frozen=True)
-class Cost:
-    value: float
-    parts: Mapping[str, float]
+class Need:
+    """The newcomer's predicted demand on every GPU (its GPU type's prediction), and its signature."""
+
+    util: np.ndarray
+    util_p90: np.ndarray
+    mem: np.ndarray
+    predicted: np.ndarray
+    signature: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class FilterResult:
+    passed: np.ndarray
+    values: Values
 
 
 class FilterPlugin(Protocol):
     name: str
 
-    def check(self, demand: GpuDemand, gpu: GpuState) -> Verdict: ...
+    def evaluate(self, need: Need, gpus: ClusterArrays) -> FilterResult: ...
+
+    def describe(self, passed: bool, values: Mapping[str, float]) -> str: ...
 
 
 class ScorePlugin(Protocol):
     name: str
 
-    def cost(self, demand: GpuDemand, gpu: GpuState) -> Cost: ...
+    def costs(self, need: Need, gpus: ClusterArrays) -> Values: ...
 
 
 @dataclass(frozen=True)
 class NodeHealthy:
     name = "node-healthy"
 
-    def check(self, demand: GpuDemand, gpu: GpuState) -> Verdict:
-        return Verdict(gpu.healthy, "healthy" if gpu.healthy else "GPU or node unhealthy / cordoned")
+    def evaluate(self, need: Need, gpus: ClusterArrays) -> FilterResult:
+        return FilterResult(gpus.healthy, {})
+
+    def describe(self, passed: bool, values: Mapping[str, float]) -> str:
+        return "healthy" if passed else "GPU or node unhealthy / cordoned"
 
 
 @dataclass(frozen=True)
 class MemoryFit:
-    """Predicted peak memory of the newcomer and of every resident, plus what the driver keeps,
-    plus a safety margin, must fit in the GPU's memory."""
+    """Predicted peak memory of the newcomer and of every resident, plus ``context_mib`` per job where
+    predictions leave the CUDA context out (ours include it), plus what the driver keeps, within the
+    GPU's memory less a safety margin."""
 
     driver_reserved_mib: float = 300.0
+    context_mib: float = 0.0
     margin_fraction: float = 0.05
     name = "memory-fit"
 
-    def check(self, demand: GpuDemand, gpu: GpuState) -> Verdict:
-        usable = gpu.memory_mib * (1 - self.margin_fraction) - self.driver_reserved_mib
-        needed = gpu.used_mem_mib + demand.mem_mib
-        if needed <= usable:
-            return Verdict(True, f"memory {needed:.0f}/{usable:.0f} MiB usable")
-        return Verdict(False, f"memory {needed:.0f} MiB > {usable:.0f} MiB usable")
+    def evaluate(self, need: Need, gpus: ClusterArrays) -> FilterResult:
+        usable = gpus.memory * (1 - self.margin_fraction) - self.driver_reserved_mib
+        needed = gpus.used_mem + need.mem + self.context_mib * (gpus.residents + 1)
+        return FilterResult(needed <= usable, {"needed": needed, "usable": usable})
+
+    def describe(self, passed: bool, values: Mapping[str, float]) -> str:
+        sign = "<=" if passed else ">"
+        return f"memory {values['needed']:.0f} {sign} {values['usable']:.0f} MiB usable"
 
 
 @dataclass(frozen=True)
@@ -67,11 +99,12 @@ class MaxResidents:
     limit: int = 4
     name = "max-residents"
 
-    def check(self, demand: GpuDemand, gpu: GpuState) -> Verdict:
-        count = len(gpu.residents)
-        if count < self.limit:
-            return Verdict(True, f"{count}/{self.limit} residents")
-        return Verdict(False, f"already {count} residents (limit {self.limit})")
+    def evaluate(self, need: Need, gpus: ClusterArrays) -> FilterResult:
+        return FilterResult(gpus.residents < self.limit, {"residents": gpus.residents})
+
+    def describe(self, passed: bool, values: Mapping[str, float]) -> str:
+        count = int(values["residents"])
+        return f"{count}/{self.limit} residents" if passed else f"already {count} residents (limit {self.limit})"
 
 
 @dataclass(frozen=True)
@@ -79,10 +112,14 @@ class GpuTypes:
     allowed: tuple[str, ...] = ()
     name = "gpu-types"
 
-    def check(self, demand: GpuDemand, gpu: GpuState) -> Verdict:
-        if not self.allowed or gpu.gpu_type in self.allowed:
-            return Verdict(True, f"type {gpu.gpu_type}")
-        return Verdict(False, f"type {gpu.gpu_type} not in {', '.join(self.allowed)}")
+    def evaluate(self, need: Need, gpus: ClusterArrays) -> FilterResult:
+        if not self.allowed:
+            return FilterResult(np.ones(len(gpus.memory), dtype=bool), {"type": gpus.type_index})
+        ok = np.array([t in self.allowed for t in gpus.types], dtype=bool)
+        return FilterResult(ok[gpus.type_index], {"type": gpus.type_index})
+
+    def describe(self, passed: bool, values: Mapping[str, float]) -> str:
+        return "type allowed" if passed else f"type not in {', '.join(self.allowed)}"
 
 
 @dataclass(frozen=True)
@@ -97,12 +134,91 @@ class HorusCost:
     oversubscription_weight: float = 1.6
     name = "horus-cost"
 
-    def cost(self, demand: GpuDemand, gpu: GpuState) -> Cost:
-        memory = self.memory_weight * (gpu.used_mem_mib + demand.mem_mib) / gpu.memory_mib
-        gap = gpu.summed_util + demand.util - 100.0
-        util = (gap * self.oversubscription_weight if gap > 0 else abs(gap)) / 100.0
-        residents = float(len(gpu.residents))
-        return Cost(memory + util + residents, {"memory": memory, "util": util, "residents": residents})
+    def costs(self, need: Need, gpus: ClusterArrays) -> Values:
+        gap = gpus.summed_util + need.util - 100.0
+        util = np.where(gap > 0, gap * self.oversubscription_weight, -gap) / 100.0
+        return {
+            "memory": self.memory_weight * (gpus.used_mem + need.mem) / gpus.memory,
+            "util": util,
+            "residents": gpus.residents.astype(float),
+        }
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """What KAI/Volcano-style schedulers do. ``binpack``: fill the fullest GPU (by memory) and node
+    first; ``spread``: the emptiest first. Blind to utilization."""
+
+    mode: str = "binpack"
+    name = "allocation"
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("binpack", "spread"):
+            raise ValueError(f"allocation mode must be binpack or spread, got {self.mode!r}")
+
+    def costs(self, need: Need, gpus: ClusterArrays) -> Values:
+        gpu_fill = (gpus.used_mem + need.mem) / gpus.memory
+        node_fill = gpus.node_busy / gpus.node_gpus
+        if self.mode == "binpack":
+            return {"gpu": 1.0 - gpu_fill, "node": 1.0 - node_fill}
+        return {"gpu": gpu_fill, "node": node_fill}
+
+
+@dataclass(frozen=True)
+class Fragmentation:
+    """Keep whole GPUs and whole nodes free for jobs that need them: opening an empty GPU costs
+    ``gpu``, opening an idle node costs ``node`` more."""
+
+    gpu: float = 1.0
+    node: float = 1.0
+    name = "fragmentation"
+
+    def costs(self, need: Need, gpus: ClusterArrays) -> Values:
+        return {"empty_gpu": self.gpu * (gpus.residents == 0), "idle_node": self.node * (gpus.node_busy == 0)}
+
+
+@dataclass(frozen=True)
+class Locality:
+    """Gang placement's set cost: each extra node a multi-GPU job spans costs ``node``, each extra rack
+    ``rack``. ``max_nodes`` 1 keeps every gang on one node (all or nothing)."""
+
+    node: float = 1.0
+    rack: float = 2.0
+    max_nodes: int = 1
+    name = "locality"
+
+    def costs(self, need: Need, gpus: ClusterArrays) -> Values:
+        return {}
+
+    def set_cost(self, nodes: int, racks: int) -> float:
+        return self.node * (nodes - 1) + self.rack * (racks - 1)
+
+
+@dataclass(frozen=True)
+class InterferenceScore:
+    """Predicted slowdown of the newcomer plus the extra slowdown it brings each resident; candidates
+    where the model says the jobs do not fit, or anyone would run below ``min_speed``, are rejected.
+    The model is the caller's (the registered champion, or a proxy): the placer does no I/O."""
+
+    min_speed: float = 0.0
+    name = "interference"
+
+    def late(self, need: Need, state: ClusterState, indices: Sequence[int], model: InterferenceModel
+             ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        passed = np.ones(len(indices), dtype=bool)
+        newcomer_cost, resident_cost, worst = (np.zeros(len(indices)) for _ in range(3))
+        for row, i in enumerate(indices):
+            gpu = state.gpus[i]
+            spec = gpu_spec(gpu.gpu_type)
+            residents = [CoRunner(r.util, r.util_p90, r.mem_mib, r.signature) for r in gpu.residents]
+            newcomer = CoRunner(float(need.util[i]), float(need.util_p90[i]), float(need.mem[i]), need.signature)
+            before = model.predict(residents, spec).speeds if residents else ()
+            after = model.predict([*residents, newcomer], spec)
+            newcomer_cost[row] = 1.0 - after.speeds[-1]
+            resident_cost[row] = sum(b - a for b, a in zip(before, after.speeds[:-1]))
+            worst[row] = min(after.speeds)
+            passed[row] = after.fits and worst[row] >= self.min_speed
+        return passed, {"newcomer_slowdown": newcomer_cost, "resident_slowdown": resident_cost, "min_speed": worst}
 
 
 FILTERS: dict[str, Callable[..., FilterPlugin]] = {
@@ -111,4 +227,10 @@ FILTERS: dict[str, Callable[..., FilterPlugin]] = {
     "max-residents": MaxResidents,
     "gpu-types": GpuTypes,
 }
-SCORES: dict[str, Callable[..., ScorePlugin]] = {"horus-cost": HorusCost}
+SCORES: dict[str, Callable[..., object]] = {
+    "horus-cost": HorusCost,
+    "allocation": Allocation,
+    "fragmentation": Fragmentation,
+    "locality": Locality,
+    "interference": InterferenceScore,
+}

@@ -1,23 +1,35 @@
-"""The cluster as the placer sees it: GPUs and the jobs already booked on them."""
+"""The cluster as the placer sees it: GPUs and the jobs already booked on them.
+
+The cluster-state JSON format (``horus place --state``, docs/PLACEMENT.md) is :meth:`ClusterState.to_dict`.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from horus_airflow.errors import InventoryError
 
 
 @dataclass(frozen=True)
 class Resident:
-    """A job holding a slot on a GPU, with the demand it was placed with."""
+    """A job holding a slot on a GPU, with the demand it was placed with and, when known, its
+    interference signature (see :func:`horus_airflow.interference.signature`)."""
 
     job_id: str
     util: float
     util_p90: float
     mem_mib: float
+    signature: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
 class GpuState:
-    """One GPU. ``declared`` marks GPUs named in an inventory string rather than found by NVML."""
+    """One GPU. ``declared`` marks GPUs named in an inventory string rather than found by NVML;
+    ``healthy`` False covers a cordoned or NotReady node too."""
 
     gpu_id: str
     node: str
@@ -27,6 +39,7 @@ class GpuState:
     residents: tuple[Resident, ...] = ()
     healthy: bool = True
     declared: bool = False
+    rack: str = ""
 
     @property
     def used_mem_mib(self) -> float:
@@ -38,8 +51,98 @@ class GpuState:
 
 
 @dataclass(frozen=True)
+class ClusterArrays:
+    """Column view of a state: one entry per GPU, so filters and scores work on whole arrays."""
+
+    memory: np.ndarray
+    used_mem: np.ndarray
+    summed_util: np.ndarray
+    summed_p90: np.ndarray
+    residents: np.ndarray
+    healthy: np.ndarray
+    type_index: np.ndarray
+    types: tuple[str, ...]
+    node_index: np.ndarray
+    nodes: tuple[str, ...]
+    rack_index: np.ndarray
+    gpu_index: np.ndarray
+    node_gpus: np.ndarray  # per GPU: GPUs on its node
+    node_busy: np.ndarray  # per GPU: GPUs with residents on its node
+
+
+@dataclass(frozen=True)
 class ClusterState:
     """A consistent snapshot; ``version`` is the ledger version it was read at (compare-and-swap)."""
 
     gpus: tuple[GpuState, ...]
     version: int = 0
+
+    @cached_property
+    def arrays(self) -> ClusterArrays:
+        gpus = self.gpus
+        types = tuple(sorted({g.gpu_type for g in gpus}))
+        nodes = tuple(dict.fromkeys(g.node for g in gpus))
+        racks = {r: i for i, r in enumerate(dict.fromkeys(g.rack for g in gpus))}
+        type_of, node_of = {t: i for i, t in enumerate(types)}, {n: i for i, n in enumerate(nodes)}
+        node_index = np.fromiter((node_of[g.node] for g in gpus), dtype=np.int64, count=len(gpus))
+        residents = np.fromiter((len(g.residents) for g in gpus), dtype=np.int64, count=len(gpus))
+        per_node = np.bincount(node_index, minlength=len(nodes))
+        busy_per_node = np.bincount(node_index, weights=(residents > 0), minlength=len(nodes))
+        return ClusterArrays(
+            memory=np.fromiter((g.memory_mib for g in gpus), dtype=float, count=len(gpus)),
+            used_mem=np.fromiter((g.used_mem_mib for g in gpus), dtype=float, count=len(gpus)),
+            summed_util=np.fromiter((g.summed_util for g in gpus), dtype=float, count=len(gpus)),
+            summed_p90=np.fromiter((sum(r.util_p90 for r in g.residents) for g in gpus), dtype=float, count=len(gpus)),
+            residents=residents,
+            healthy=np.fromiter((g.healthy for g in gpus), dtype=bool, count=len(gpus)),
+            type_index=np.fromiter((type_of[g.gpu_type] for g in gpus), dtype=np.int64, count=len(gpus)),
+            types=types,
+            node_index=node_index,
+            nodes=nodes,
+            rack_index=np.fromiter((racks[g.rack] for g in gpus), dtype=np.int64, count=len(gpus)),
+            gpu_index=np.fromiter((g.index for g in gpus), dtype=np.int64, count=len(gpus)),
+            node_gpus=per_node[node_index],
+            node_busy=busy_per_node[node_index],
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "gpus": [
+                {
+                    "gpu_id": g.gpu_id, "node": g.node, "rack": g.rack, "index": g.index, "gpu_type": g.gpu_type,
+                    "memory_mib": g.memory_mib, "healthy": g.healthy,
+                    "residents": [
+                        {"job_id": r.job_id, "util": r.util, "util_p90": r.util_p90, "mem_mib": r.mem_mib,
+                         **({"signature": list(r.signature)} if r.signature else {})}
+                        for r in g.residents
+                    ],
+                }
+                for g in self.gpus
+            ],
+        }
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> ClusterState:
+        """Read the documented JSON form; a malformed entry is named with what is expected."""
+        try:
+            gpus = tuple(
+                GpuState(
+                    gpu_id=str(g["gpu_id"]), node=str(g["node"]), index=int(g.get("index", 0)),
+                    gpu_type=str(g["gpu_type"]), memory_mib=float(g["memory_mib"]), healthy=bool(g.get("healthy", True)),
+                    rack=str(g.get("rack", "")),
+                    residents=tuple(
+                        Resident(str(r["job_id"]), float(r["util"]), float(r.get("util_p90", r["util"])), float(r["mem_mib"]),
+                                 tuple(float(x) for x in r.get("signature", ())))
+                        for r in g.get("residents", ())
+                    ),
+                )
+                for g in raw["gpus"]
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InventoryError(
+                f"malformed cluster state ({type(exc).__name__}: {exc}); expected {{\"gpus\": [{{\"gpu_id\", \"node\", "
+                "\"gpu_type\", \"memory_mib\", optional \"index\", \"rack\", \"healthy\", \"residents\": [{\"job_id\", "
+                "\"util\", \"util_p90\", \"mem_mib\"}]}]}"
+            ) from exc
+        return cls(gpus, int(raw.get("version", 0)))

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from horus_airflow.errors import NoPlacementError
+from horus_airflow.errors import InvalidDemandError, NoPlacementError
 
 
 @dataclass(frozen=True)
@@ -15,6 +16,15 @@ class GpuDemand:
     util: float
     util_p90: float
     mem_mib: float
+
+    def __post_init__(self) -> None:
+        for name in ("util", "util_p90", "mem_mib"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or math.isnan(value) or math.isinf(value) or value < 0:
+                raise InvalidDemandError(
+                    f"predicted {name} must be a finite number >= 0, got {value!r}: the predictor is broken or the "
+                    "demand was written by hand wrongly; nothing was placed"
+                )
 
 
 @dataclass(frozen=True)
@@ -31,6 +41,7 @@ class Demand:
     predictor: str = "prior"
     confidence: str = "normal"
     notes: tuple[str, ...] = ()
+    signature: tuple[float, ...] = ()  # for the interference model (horus_airflow.interference.signature)
 
     def explained(self) -> str:
         """One line for placement explanations."""

@@ -11,11 +11,13 @@ from horus_airflow.registry.predictor import (
     promote,
     train_predictor,
 )
+from horus_airflow.registry.interference import INTERFERENCE_MODEL, load_interference, train_interference
 from horus_airflow.registry.profiling import PROFILING_EXPERIMENT, ProfilingRecord, log_profiling_run, profiling_runs
 
 __all__ = [
     "CHALLENGER",
     "CHAMPION",
+    "INTERFERENCE_MODEL",
     "PREDICTOR_MODEL",
     "PROFILING_EXPERIMENT",
     "TRAINING_EXPERIMENT",
@@ -24,9 +26,11 @@ __all__ = [
     "champion_version",
     "client",
     "experiment_id",
+    "load_interference",
     "load_predictor",
     "log_profiling_run",
     "profiling_runs",
     "promote",
+    "train_interference",
     "train_predictor",
 ]

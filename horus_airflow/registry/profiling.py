@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlflow.entities import Metric, Param, Run, RunStatus
@@ -66,7 +66,7 @@ def log_profiling_run(settings: Settings, record: ProfilingRecord) -> str:
             params=[Param(k, v) for k, v in _params(record).items()],
             metrics=[Metric(k, v, timestamp, 0) for k, v in record.summary.measured_metrics().items()],
         )
-        (record.run_dir / "placement.json").write_text(json.dumps(asdict(record.decision), indent=2))
+        (record.run_dir / "placement.json").write_text(json.dumps(record.decision.to_dict(), indent=2))
         mlflow.log_artifacts(run_id, str(record.run_dir), artifact_path="telemetry")
     except BaseException:
         mlflow.set_terminated(run_id, RunStatus.to_string(RunStatus.FAILED))

@@ -1,0 +1,111 @@
+"""Queue policies: which waiting job the placer tries next. Pure: the caller (a backend or the
+simulator) owns time, and passes how long each job has waited and how often it was passed over.
+
+Every policy has starvation protection: a job passed over ``max_skips`` times, or waiting longer than
+``max_wait_s``, is tried alone and first until it is placed, so later jobs cannot overtake it forever.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Mapping, Protocol, Sequence
+
+from horus_airflow.predictor.demand import Demand
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A job in the queue. ``arrival`` orders jobs (any clock); ``skips`` counts the times a later job
+    was placed ahead of it; ``queue`` is its credit queue (team or user) for ``credit``."""
+
+    demand: Demand
+    arrival: float
+    waited_s: float = 0.0
+    skips: int = 0
+    expected_runtime_s: float | None = None
+    queue: str = "default"
+
+    @property
+    def mean_util(self) -> float:
+        values = [d.util for d in self.demand.per_type.values()]
+        return sum(values) / len(values) if values else 0.0
+
+
+class QueuePolicy(Protocol):
+    name: str
+
+    def order(self, waiting: Sequence[Waiting], credits: Mapping[str, float] | None = None) -> list[Waiting]: ...
+
+
+def _starving(waiting: Sequence[Waiting], max_skips: int, max_wait_s: float) -> list[Waiting]:
+    hungry = [w for w in waiting if w.skips >= max_skips or w.waited_s >= max_wait_s]
+    return [min(hungry, key=lambda w: w.arrival)] if hungry else []
+
+
+@dataclass(frozen=True)
+class Fifo:
+    """Strict arrival order: only the oldest job is tried (head-of-line blocking, the baseline)."""
+
+    name = "fifo"
+
+    def order(self, waiting: Sequence[Waiting], credits: Mapping[str, float] | None = None) -> list[Waiting]:
+        return [min(waiting, key=lambda w: w.arrival)] if waiting else []
+
+
+@dataclass(frozen=True)
+class Lookahead:
+    """The paper's: among the ``k`` oldest jobs, lowest predicted utilization first."""
+
+    k: int = 5
+    max_skips: int = 10
+    max_wait_s: float = math.inf
+    name = "lookahead"
+
+    def order(self, waiting: Sequence[Waiting], credits: Mapping[str, float] | None = None) -> list[Waiting]:
+        starving = _starving(waiting, self.max_skips, self.max_wait_s)
+        if starving:
+            return starving
+        window = sorted(waiting, key=lambda w: w.arrival)[: self.k]
+        return sorted(window, key=lambda w: (w.mean_util, w.arrival))
+
+
+@dataclass(frozen=True)
+class ShortestFirst:
+    """Shortest expected runtime first among the ``k`` oldest (0: all); unknown runtimes go last."""
+
+    k: int = 0
+    max_skips: int = 10
+    max_wait_s: float = math.inf
+    name = "shortest-first"
+
+    def order(self, waiting: Sequence[Waiting], credits: Mapping[str, float] | None = None) -> list[Waiting]:
+        starving = _starving(waiting, self.max_skips, self.max_wait_s)
+        if starving:
+            return starving
+        window = sorted(waiting, key=lambda w: w.arrival)
+        window = window[: self.k] if self.k else window
+        return sorted(window, key=lambda w: (math.inf if w.expected_runtime_s is None else w.expected_runtime_s, w.arrival))
+
+
+@dataclass(frozen=True)
+class Credit:
+    """Horus+ multi-queue: queues with more credit left go first (the caller accrues credit by share and
+    charges GPU time), arrival order within a queue; up to ``k`` jobs tried."""
+
+    k: int = 5
+    max_skips: int = 10
+    max_wait_s: float = math.inf
+    name = "credit"
+
+    def order(self, waiting: Sequence[Waiting], credits: Mapping[str, float] | None = None) -> list[Waiting]:
+        starving = _starving(waiting, self.max_skips, self.max_wait_s)
+        if starving:
+            return starving
+        balance = credits or {}
+        return sorted(waiting, key=lambda w: (-balance.get(w.queue, 0.0), w.arrival))[: self.k]
+
+
+POLICIES: dict[str, Callable[..., QueuePolicy]] = {
+    "fifo": Fifo, "lookahead": Lookahead, "shortest-first": ShortestFirst, "credit": Credit,
+}

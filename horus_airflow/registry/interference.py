@@ -1,0 +1,141 @@
+"""The interference model in MLflow: training runs (experiment ``horus-interference-training``) and the
+registered model ``horus-interference`` under the same alias scheme as the predictor.
+
+A registered version is a pyfunc model (pair design rows in, ``speed`` and ``fits`` out) whose artifacts
+are the two ``mlflow.lightgbm`` models and ``curve.json``, the fallback proxy's fitted curve.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import lightgbm
+import mlflow
+import numpy as np
+import pandas as pd
+from mlflow.entities import RunStatus
+from mlflow.models import infer_signature
+
+from horus_airflow.interference import LearnedInterference, SummedUtilization
+from horus_airflow.interference.base import InterferenceModel
+from horus_airflow.interference.evaluation import SplitScores, evaluate_interference, scores_table
+from horus_airflow.interference.pairs import DESIGN_COLUMNS, design_matrix
+from horus_airflow.registry import versions
+from horus_airflow.registry.store import client, experiment_id
+from horus_airflow.settings import Settings
+
+log = logging.getLogger(__name__)
+
+INTERFERENCE_MODEL = "horus-interference"
+INTERFERENCE_EXPERIMENT = "horus-interference-training"
+_CURVE_FILE = "curve.json"
+
+
+class InterferencePyfunc(mlflow.pyfunc.PythonModel):  # type: ignore[misc]
+    """pyfunc face of a registered version: pair design rows in, speed and fits out."""
+
+    def load_context(self, context: Any) -> None:
+        self.model = _model_from_artifacts({k: Path(v) for k, v in context.artifacts.items()})
+
+    def predict(self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> pd.DataFrame:
+        speed, fits = self.model.predict_pairs(model_input[list(DESIGN_COLUMNS)].to_numpy(dtype=float))
+        return pd.DataFrame({"speed": speed, "fits": fits})
+
+
+@dataclass(frozen=True)
+class InterferenceTrainingOutcome:
+    run_id: str
+    version: str | None
+    aliases: tuple[str, ...]
+    scores: list[SplitScores]
+
+
+def train_interference(settings: Settings, pairs: pd.DataFrame, source: str, register: bool = True) -> InterferenceTrainingOutcome:
+    """Evaluate (job types and GPU types held out), fit on every pair, log, and register as challenger
+    (and champion when there is none)."""
+    scores = evaluate_interference(pairs)
+    model = LearnedInterference().fit(pairs)
+    mlflow.set_tracking_uri(settings.mlflow_tracking_uri)
+    mlflow.set_registry_uri(settings.mlflow_tracking_uri)
+    mlflow_client = client(settings)
+    run = mlflow_client.create_run(experiment_id(mlflow_client, settings, INTERFERENCE_EXPERIMENT), run_name="train-interference",
+                                   tags={"horus.run_kind": "interference-training", "horus.data_source": source})
+    run_id = run.info.run_id
+    try:
+        with mlflow.start_run(run_id=run_id):
+            mlflow.log_params({"data.source": source, "data.pairs": len(pairs), "data.pairs_that_ran": int(pairs["fits"].sum()),
+                               "data.gpu_types": ",".join(sorted(pairs["gpu_type"].unique())),
+                               "data.job_types": ",".join(sorted(pairs["family_a"].unique()))})
+            mlflow.log_metrics({
+                f"heldout.{s.scheme.replace(' ', '_')}.{who}.{metric}": getattr(s, f"{who}_{metric}")
+                for s in scores if s.held_out == "all"
+                for who in ("proxy", "learned") for metric in ("mae", "spearman", "fit_accuracy")
+                if not np.isnan(getattr(s, f"{who}_{metric}"))
+            })
+            mlflow.log_input(mlflow.data.from_pandas(pairs, source=source, targets="speed_a", name="colocation-pairs"),
+                             context="training")
+            mlflow.log_text(scores_table(scores), "evaluation/scores.md")
+            logged = _log_model(model, pairs)
+        mlflow_client.set_terminated(run_id, RunStatus.to_string(RunStatus.FINISHED))
+    except BaseException:
+        mlflow_client.set_terminated(run_id, RunStatus.to_string(RunStatus.FAILED))
+        raise
+    version, aliases = None, ()
+    if register:
+        version, aliases = versions.register_version(settings, INTERFERENCE_MODEL, logged.model_uri, run_id,
+                                                     "Horus co-location interference model")
+    return InterferenceTrainingOutcome(run_id, version, aliases, scores)
+
+
+def load_interference(settings: Settings) -> tuple[InterferenceModel, str]:
+    """The champion (cached as the predictor's is) and its label; without one, the uncalibrated
+    summed-utilization proxy, and a label that says so."""
+    found = versions.fetch_champion(settings, INTERFERENCE_MODEL)
+    if isinstance(found, versions.NoChampion):
+        return SummedUtilization(), f"summed-utilization default curve ({found.reason})"
+    if found.folder not in _LOADED:
+        _LOADED[found.folder] = _model_from_artifacts({p.name: p for p in (found.folder / "artifacts").iterdir()})
+    label = found.label + (f" ({'; '.join(found.notes)})" if found.notes else "")
+    return _LOADED[found.folder], label
+
+
+_LOADED: dict[Path, LearnedInterference] = {}
+
+
+def _model_from_artifacts(artifacts: dict[str, Path]) -> LearnedInterference:
+    curve = json.loads(artifacts[_CURVE_FILE].read_text())
+    return LearnedInterference(
+        speed_model=mlflow.lightgbm.load_model(str(artifacts["speed"])),
+        fit_model=mlflow.lightgbm.load_model(str(artifacts["fits"])),
+        fallback=SummedUtilization(tuple(curve["util"]), tuple(curve["speed"])),
+    )
+
+
+def _log_model(model: LearnedInterference, pairs: pd.DataFrame) -> Any:
+    design = pd.DataFrame(design_matrix(pairs.head(20)), columns=list(DESIGN_COLUMNS))
+    requirements = [f"lightgbm=={lightgbm.__version__}"]
+    with tempfile.TemporaryDirectory() as tmp:
+        artifacts = {}
+        for key, estimator in (("speed", model.speed_model), ("fits", model.fit_model)):
+            path = Path(tmp) / key
+            mlflow.lightgbm.save_model(estimator, str(path), pip_requirements=requirements,
+                                       signature=infer_signature(design, estimator.predict(design.to_numpy())))
+            artifacts[key] = str(path)
+        curve = Path(tmp) / _CURVE_FILE
+        curve.write_text(json.dumps({"util": model.fallback.curve_util, "speed": model.fallback.curve_speed}))
+        artifacts[_CURVE_FILE] = str(curve)
+        speed, fits = model.predict_pairs(design.to_numpy())
+        return mlflow.pyfunc.log_model(
+            name="interference", python_model=InterferencePyfunc(), artifacts=artifacts,
+            signature=infer_signature(design, pd.DataFrame({"speed": speed, "fits": fits})),
+            input_example=design.head(2),
+            pip_requirements=[*requirements, f"pandas=={pd.__version__}", f"mlflow=={mlflow.__version__}", "horus-airflow"],
+        )
+
+
+__all__ = ["INTERFERENCE_MODEL", "InterferenceTrainingOutcome", "load_interference", "train_interference"]
