@@ -1,8 +1,14 @@
-"""How fast the walking skeleton's hot path is: one placement decision, and one ledger round trip.
+"""How fast placement is, and how the ledger holds up under racing processes.
 
-Prints two tables. Placement: microseconds per decision on clusters of growing size, for the paper's
-profile and for `exclusive` (the baseline, same run). Ledger: reserve+release round trips per second
-from one process and from four racing processes (the baseline is the single process, same run).
+Tables:
+1. Placement on clusters of growing size (8 GPUs per node, 3 residents per GPU on average): the time
+   to build the state's arrays (once per snapshot), one decision, and one five-job look-ahead round
+   in which the first four jobs do not fit (the worst case: five decisions), for `exclusive` (the
+   baseline, same run), `horus-paper` and `horus-ml` (learned interference on its 64 best candidates,
+   trained on the shipped Gavel pairs). Targets: look-ahead within 1 ms median at 16x8 GPUs and
+   20 ms at 1,024x8.
+2. Memory the state and a decision take per GPU (tracemalloc peak), to show it stays linear.
+3. Ledger: reserve+release round trips per second from one and from four racing processes.
 
     .venv/bin/python benchmarks/bench_placement_ledger.py
 """
@@ -11,35 +17,80 @@ from __future__ import annotations
 
 import multiprocessing
 import random
+import statistics
 import tempfile
 import time
+import tracemalloc
+from pathlib import Path
 
 from horus_airflow.backends import LocalBackend, acquire
-from horus_airflow.placement import ClusterState, GpuState, Resident, load_profile, place
+from horus_airflow.interference import LearnedInterference
+from horus_airflow.interference.pairs import read_pairs
+from horus_airflow.placement import ClusterState, GpuState, Resident, Waiting, load_profile, place, schedule
 from horus_airflow.predictor import Demand, GpuDemand
 from horus_airflow.settings import Settings
 
 A100 = "a100-80gb"
+PAIRS = Path(__file__).resolve().parent.parent / "data" / "interference_seed" / "gavel_pairs.csv"
+SIGNATURE = (12.0, 7.4, 10.0, 1.8, 0.99, 0.01, 0.0, 0.0, 2.9, 0.0)
 
 
-def cluster(gpus: int, rng: random.Random) -> ClusterState:
-    states = []
-    for i in range(gpus):
-        residents = tuple(
-            Resident(f"r{i}-{k}", rng.uniform(10, 60), 70.0, rng.uniform(1000, 15000)) for k in range(rng.randint(0, 2))
-        )
-        states.append(GpuState(f"n{i // 8}/{i % 8}", f"n{i // 8}", i % 8, A100, 81920, residents))
-    return ClusterState(tuple(states))
+def cluster(nodes: int, rng: random.Random) -> ClusterState:
+    gpus = []
+    for node in range(nodes):
+        for index in range(8):
+            residents = tuple(
+                Resident(f"r{node}-{index}-{k}", rng.uniform(5, 35), 40.0, rng.uniform(1000, 12000), SIGNATURE)
+                for k in range(rng.choice((1, 2, 3, 3, 4, 5)))
+            )
+            gpus.append(GpuState(f"n{node}/{index}", f"n{node}", index, A100, 81920, residents, rack=f"r{node // 32}"))
+    return ClusterState(tuple(gpus))
 
 
-def time_placement(gpus: int, profile_name: str, repeats: int) -> float:
-    rng = random.Random(gpus)
-    state, profile = cluster(gpus, rng), load_profile(profile_name)
-    demands = [Demand(f"j{i}", 1, {A100: GpuDemand(rng.uniform(10, 90), 95, rng.uniform(500, 20000))}) for i in range(repeats)]
-    started = time.perf_counter()
-    for need in demands:
-        place(need, state, profile)
-    return (time.perf_counter() - started) / repeats * 1e6
+def job(name: str, util: float, mem: float) -> Demand:
+    return Demand(name, 1, {A100: GpuDemand(util, util * 1.1, mem)}, signature=SIGNATURE)
+
+
+def median_ms(call: object, repeats: int) -> float:
+    samples = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        call()  # type: ignore[operator]
+        samples.append((time.perf_counter() - started) * 1000)
+    return statistics.median(samples)
+
+
+def placement_table(learned: LearnedInterference) -> None:
+    print("Placement: median milliseconds (8 GPUs per node, 3 residents per GPU on average)")
+    print(f"{'nodes x GPUs':>13} {'arrays':>8} {'profile':>12} {'1 decision':>11} {'5-job look-ahead':>17} {'vs exclusive':>13}")
+    for nodes in (16, 64, 256, 1024):
+        rng = random.Random(nodes)
+        state = cluster(nodes, rng)
+        build = median_ms(lambda: ClusterState(state.gpus).arrays, 5)
+        _ = state.arrays
+        # Four jobs too big for any GPU's free memory come first, so a look-ahead round tries all five.
+        waiting = [Waiting(job(f"big{i}", 5, 90000), i) for i in range(4)] + [Waiting(job("fits", 40, 2000), 4)]
+        base = None
+        for name in ("exclusive", "horus-paper", "horus-ml"):
+            profile = load_profile(name)
+            repeats = 30 if nodes <= 256 else 10
+            one = median_ms(lambda: place(waiting[-1].demand, state, profile, learned), repeats)
+            round_ms = median_ms(lambda: schedule(waiting, state, profile, learned), repeats)
+            base = base or round_ms
+            print(f"{nodes:>6} x 8   {build:>8.1f} {name:>12} {one:>11.2f} {round_ms:>17.2f} {round_ms / base:>12.1f}x")
+
+
+def memory_table() -> None:
+    print("\nMemory of a state's arrays plus one horus-paper decision (tracemalloc peak)")
+    print(f"{'GPUs':>6} {'peak KiB':>10} {'bytes per GPU':>14}")
+    profile = load_profile("horus-paper")
+    for nodes in (16, 128, 1024):
+        state = cluster(nodes, random.Random(nodes))
+        tracemalloc.start()
+        place(job("j", 40, 2000), ClusterState(state.gpus), profile)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        print(f"{nodes * 8:>6} {peak / 1024:>10.0f} {peak / (nodes * 8):>14.0f}")
 
 
 def _ledger_worker(home: str, cycles: int, barrier, out) -> None:  # type: ignore[no-untyped-def]
@@ -70,13 +121,9 @@ def ledger_rate(processes: int, cycles: int) -> tuple[float, int]:
 
 
 def main() -> None:
-    print("Placement: microseconds per decision (lower is better)")
-    print(f"{'GPUs':>6} {'exclusive':>12} {'horus-paper':>12} {'ratio':>7}")
-    for gpus in (8, 64, 512, 2048):
-        repeats = max(20, 20000 // gpus)
-        base = time_placement(gpus, "exclusive", repeats)
-        paper = time_placement(gpus, "horus-paper", repeats)
-        print(f"{gpus:>6} {base:>12.1f} {paper:>12.1f} {paper / base:>7.2f}")
+    learned = LearnedInterference().fit(read_pairs(PAIRS))
+    placement_table(learned)
+    memory_table()
     print("\nLedger (SQLite, WAL, BEGIN IMMEDIATE): snapshot+place+reserve+release round trips per second")
     print(f"{'processes':>9} {'round trips/s':>14} {'conflicts':>10} {'ratio vs 1':>11}")
     single, _ = ledger_rate(1, 200)

@@ -51,3 +51,7 @@ class InterferenceModel(Protocol):
     name: str
 
     def predict(self, jobs: Sequence[CoRunner], gpu: GpuSpec) -> Interference: ...
+
+    def predict_many(self, groups: Sequence[Sequence[CoRunner]], gpu: GpuSpec) -> list[Interference]:
+        """Several independent groups on the same GPU type (the placer asks about many GPUs at once)."""
+        ...

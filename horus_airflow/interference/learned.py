@@ -53,20 +53,34 @@ class LearnedInterference:
         return speed, fits
 
     def predict(self, jobs: Sequence[CoRunner], gpu: GpuSpec) -> Interference:
-        fits_memory = sum(j.mem_mib for j in jobs) <= gpu.memory_mib
-        if len(jobs) <= 1:
-            return Interference(tuple(1.0 for _ in jobs), fits_memory)
-        if any(len(j.signature) != len(SIGNATURE_FIELDS) for j in jobs):
-            proxy = self.fallback.predict(jobs, gpu)
-            return Interference(proxy.speeds, proxy.fits)
-        pairs = [(i, k) for i in range(len(jobs)) for k in range(len(jobs)) if i != k]
+        return self.predict_many([jobs], gpu)[0]
+
+    def predict_many(self, groups: Sequence[Sequence[CoRunner]], gpu: GpuSpec) -> list[Interference]:
+        """All groups' pairs go through the boosters in one call."""
         spec = gpu_columns(gpu)
-        rows = [_pair_row(jobs[i], jobs[k], gpu.memory_mib, spec) for i, k in pairs]
-        speed, fits = self.predict_pairs(np.array(rows))
-        extra_time = np.zeros(len(jobs))
-        for (i, _k), s in zip(pairs, speed):
-            extra_time[i] += 1.0 / s - 1.0
-        return Interference(tuple(float(1.0 / (1.0 + t)) for t in extra_time), bool(fits.all()) and fits_memory)
+        rows: list[list[float]] = []
+        owners: list[tuple[int, int]] = []  # (group, job) whose speed each row is about
+        for g, jobs in enumerate(groups):
+            if len(jobs) > 1 and all(len(j.signature) == len(SIGNATURE_FIELDS) for j in jobs):
+                for i, a in enumerate(jobs):
+                    for k, b in enumerate(jobs):
+                        if i != k:
+                            rows.append(_pair_row(a, b, gpu.memory_mib, spec))
+                            owners.append((g, i))
+        speed, fits = self.predict_pairs(np.array(rows)) if rows else (np.zeros(0), np.zeros(0, dtype=bool))
+        extra_time = [np.zeros(len(jobs)) for jobs in groups]
+        all_fit = [True] * len(groups)
+        for (g, i), s, f in zip(owners, speed, fits):
+            extra_time[g][i] += 1.0 / s - 1.0
+            all_fit[g] = all_fit[g] and bool(f)
+        out = []
+        for g, jobs in enumerate(groups):
+            fits_memory = sum(j.mem_mib for j in jobs) <= gpu.memory_mib
+            if len(jobs) > 1 and any(len(j.signature) != len(SIGNATURE_FIELDS) for j in jobs):
+                out.append(self.fallback.predict(jobs, gpu))
+            else:
+                out.append(Interference(tuple(float(1.0 / (1.0 + t)) for t in extra_time[g]), all_fit[g] and fits_memory))
+        return out
 
 
 def _pair_row(a: CoRunner, b: CoRunner, memory_mib: float, spec: list[float]) -> list[float]:

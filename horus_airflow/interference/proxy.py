@@ -32,6 +32,9 @@ class SummedUtilization:
     def speed_at(self, summed_util: np.ndarray | float) -> np.ndarray:
         return np.interp(summed_util, self.curve_util, self.curve_speed)
 
+    def predict_many(self, groups: Sequence[Sequence[CoRunner]], gpu: GpuSpec) -> list[Interference]:
+        return [self.predict(jobs, gpu) for jobs in groups]
+
     def predict(self, jobs: Sequence[CoRunner], gpu: GpuSpec) -> Interference:
         if len(jobs) <= 1:
             return Interference(tuple(1.0 for _ in jobs), all(j.mem_mib <= gpu.memory_mib for j in jobs))

@@ -207,17 +207,22 @@ class InterferenceScore:
              ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         passed = np.ones(len(indices), dtype=bool)
         newcomer_cost, resident_cost, worst = (np.zeros(len(indices)) for _ in range(3))
+        by_type: dict[str, list[int]] = {}
         for row, i in enumerate(indices):
-            gpu = state.gpus[i]
-            spec = gpu_spec(gpu.gpu_type)
-            residents = [CoRunner(r.util, r.util_p90, r.mem_mib, r.signature) for r in gpu.residents]
-            newcomer = CoRunner(float(need.util[i]), float(need.util_p90[i]), float(need.mem[i]), need.signature)
-            before = model.predict(residents, spec).speeds if residents else ()
-            after = model.predict([*residents, newcomer], spec)
-            newcomer_cost[row] = 1.0 - after.speeds[-1]
-            resident_cost[row] = sum(b - a for b, a in zip(before, after.speeds[:-1]))
-            worst[row] = min(after.speeds)
-            passed[row] = after.fits and worst[row] >= self.min_speed
+            by_type.setdefault(state.gpus[i].gpu_type, []).append(row)
+        for gpu_type, rows in by_type.items():
+            spec = gpu_spec(gpu_type)
+            residents = [[CoRunner(r.util, r.util_p90, r.mem_mib, r.signature) for r in state.gpus[indices[row]].residents]
+                         for row in rows]
+            newcomers = [CoRunner(float(need.util[indices[row]]), float(need.util_p90[indices[row]]),
+                                  float(need.mem[indices[row]]), need.signature) for row in rows]
+            before = model.predict_many(residents, spec)
+            after = model.predict_many([[*group, new] for group, new in zip(residents, newcomers)], spec)
+            for row, was, now in zip(rows, before, after):
+                newcomer_cost[row] = 1.0 - now.speeds[-1]
+                resident_cost[row] = sum(b - a for b, a in zip(was.speeds, now.speeds[:-1]))
+                worst[row] = min(now.speeds)
+                passed[row] = now.fits and worst[row] >= self.min_speed
         return passed, {"newcomer_slowdown": newcomer_cost, "resident_slowdown": resident_cost, "min_speed": worst}
 
 
