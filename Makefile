@@ -25,7 +25,8 @@ $(STAMP): requirements.txt pyproject.toml
 # Without an NVIDIA GPU the demo declares two A100s for placement; the jobs then train on the CPU.
 demo: export HORUS_LOCAL_GPUS ?= 2xa100-80gb
 demo: $(STAMP)
-	$(BIN)/horus demo --dags-folder dags --seed-data data/predictor_seed/predictor_seed.csv
+	$(BIN)/horus demo --dags-folder dags --seed-data data/predictor_seed/predictor_seed.csv \
+		--interference-data data/interference_seed/gavel_pairs.csv
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -ra $(PYTEST_ARGS)

@@ -82,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     demo = sub.add_parser("demo", help="run the example DAG on the embedded stack and print a summary")
     demo.add_argument("--dags-folder", type=Path, default=Path("dags"))
     demo.add_argument("--seed-data", type=Path, help="train and register a first predictor from this CSV if none is champion")
+    demo.add_argument("--interference-data", type=Path, help="likewise a first interference model from these pairs")
 
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -297,7 +298,7 @@ def _inventory(_args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from horus_airflow.demo import run_demo
 
-    return run_demo(Settings.from_env(), args.dags_folder, args.seed_data)
+    return run_demo(Settings.from_env(), args.dags_folder, args.seed_data, args.interference_data)
 
 
 _COMMANDS = {

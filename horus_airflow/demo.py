@@ -10,7 +10,16 @@ import sys
 from pathlib import Path
 
 from horus_airflow.predictor.dataset import read_training_data
-from horus_airflow.registry import PREDICTOR_MODEL, champion_version, profiling_runs, train_predictor
+from horus_airflow.interference.pairs import read_pairs
+from horus_airflow.registry import (
+    INTERFERENCE_MODEL,
+    PREDICTOR_MODEL,
+    champion_version,
+    profiling_runs,
+    train_interference,
+    train_predictor,
+    versions,
+)
 from horus_airflow.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -49,9 +58,29 @@ def ensure_champion(settings: Settings, seed_data: Path | None) -> None:
     )
 
 
-def run_demo(settings: Settings, dags_folder: Path, seed_data: Path | None = None) -> int:
+def ensure_interference_champion(settings: Settings, pairs: Path | None) -> None:
+    """A first learned interference model from the shipped co-location pairs."""
+    existing = versions.champion_version(settings, INTERFERENCE_MODEL)
+    if existing is not None:
+        print(f"interference: {INTERFERENCE_MODEL} version {existing} is champion")
+        return
+    if pairs is None:
+        print("interference: no champion registered and no pairs given; horus-ml falls back to the default proxy curve")
+        return
+    outcome = train_interference(settings, read_pairs(pairs), str(pairs))
+    pooled = {s.scheme: s for s in outcome.scores if s.held_out == "all"}
+    print(
+        f"interference: trained on {pairs} and registered {INTERFERENCE_MODEL} version {outcome.version} as "
+        f"{', '.join(outcome.aliases)}; unseen job types MAE {pooled['job type'].learned_mae:.3f} "
+        f"(proxy {pooled['job type'].proxy_mae:.3f}), unseen GPU types MAE {pooled['GPU type'].learned_mae:.3f} "
+        f"(proxy {pooled['GPU type'].proxy_mae:.3f})"
+    )
+
+
+def run_demo(settings: Settings, dags_folder: Path, seed_data: Path | None = None, pairs: Path | None = None) -> int:
     prepare_airflow(settings, dags_folder)
     ensure_champion(settings, seed_data)
+    ensure_interference_champion(settings, pairs)
     dag_file = dags_folder / f"{DEMO_DAG_ID}.py"
     spec = importlib.util.spec_from_file_location(DEMO_DAG_ID, dag_file)
     if spec is None or spec.loader is None:
