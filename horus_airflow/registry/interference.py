@@ -18,7 +18,6 @@ import lightgbm
 import mlflow
 import numpy as np
 import pandas as pd
-from mlflow.entities import RunStatus
 from mlflow.models import infer_signature
 
 from horus_airflow.interference import LearnedInterference, SummedUtilization
@@ -26,7 +25,7 @@ from horus_airflow.interference.base import InterferenceModel
 from horus_airflow.interference.evaluation import SplitScores, evaluate_interference, scores_table
 from horus_airflow.interference.pairs import DESIGN_COLUMNS, design_matrix
 from horus_airflow.registry import versions
-from horus_airflow.registry.store import client, experiment_id
+from horus_airflow.registry.store import training_run
 from horus_airflow.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -60,31 +59,21 @@ def train_interference(settings: Settings, pairs: pd.DataFrame, source: str, reg
     (and champion when there is none)."""
     scores = evaluate_interference(pairs)
     model = LearnedInterference().fit(pairs)
-    mlflow.set_tracking_uri(settings.mlflow_tracking_uri)
-    mlflow.set_registry_uri(settings.mlflow_tracking_uri)
-    mlflow_client = client(settings)
-    run = mlflow_client.create_run(experiment_id(mlflow_client, settings, INTERFERENCE_EXPERIMENT), run_name="train-interference",
-                                   tags={"horus.run_kind": "interference-training", "horus.data_source": source})
-    run_id = run.info.run_id
-    try:
-        with mlflow.start_run(run_id=run_id):
-            mlflow.log_params({"data.source": source, "data.pairs": len(pairs), "data.pairs_that_ran": int(pairs["fits"].sum()),
-                               "data.gpu_types": ",".join(sorted(pairs["gpu_type"].unique())),
-                               "data.job_types": ",".join(sorted(pairs["family_a"].unique()))})
-            mlflow.log_metrics({
-                f"heldout.{s.scheme.replace(' ', '_')}.{who}.{metric}": getattr(s, f"{who}_{metric}")
-                for s in scores if s.held_out == "all"
-                for who in ("proxy", "learned") for metric in ("mae", "spearman", "fit_accuracy")
-                if not np.isnan(getattr(s, f"{who}_{metric}"))
-            })
-            mlflow.log_input(mlflow.data.from_pandas(pairs, source=source, targets="speed_a", name="colocation-pairs"),
-                             context="training")
-            mlflow.log_text(scores_table(scores), "evaluation/scores.md")
-            logged = _log_model(model, pairs)
-        mlflow_client.set_terminated(run_id, RunStatus.to_string(RunStatus.FINISHED))
-    except BaseException:
-        mlflow_client.set_terminated(run_id, RunStatus.to_string(RunStatus.FAILED))
-        raise
+    tags = {"horus.run_kind": "interference-training", "horus.data_source": source}
+    with training_run(settings, INTERFERENCE_EXPERIMENT, "train-interference", tags) as run_id:
+        mlflow.log_params({"data.source": source, "data.pairs": len(pairs), "data.pairs_that_ran": int(pairs["fits"].sum()),
+                           "data.gpu_types": ",".join(sorted(pairs["gpu_type"].unique())),
+                           "data.job_types": ",".join(sorted(pairs["family_a"].unique()))})
+        mlflow.log_metrics({
+            f"heldout.{s.scheme.replace(' ', '_')}.{who}.{metric}": getattr(s, f"{who}_{metric}")
+            for s in scores if s.held_out == "all"
+            for who in ("proxy", "learned") for metric in ("mae", "spearman", "fit_accuracy")
+            if not np.isnan(getattr(s, f"{who}_{metric}"))
+        })
+        mlflow.log_input(mlflow.data.from_pandas(pairs, source=source, targets="speed_a", name="colocation-pairs"),
+                         context="training")
+        mlflow.log_text(scores_table(scores), "evaluation/scores.md")
+        logged = _log_model(model, pairs)
     version, aliases = None, ()
     if register:
         version, aliases = versions.register_version(settings, INTERFERENCE_MODEL, logged.model_uri, run_id,

@@ -19,7 +19,6 @@ from typing import Any
 import lightgbm
 import mlflow
 import pandas as pd
-from mlflow.entities import RunStatus
 from mlflow.models import infer_signature
 
 from horus_airflow.predictor import AnalyticPrior
@@ -27,7 +26,7 @@ from horus_airflow.predictor.dataset import TARGETS, ValidatedData
 from horus_airflow.predictor.evaluation import Evaluation, evaluate
 from horus_airflow.predictor.model import DESIGN_COLUMNS, Hyperparameters, TrainedPredictor, UtilizationModel, design_matrix
 from horus_airflow.registry import versions
-from horus_airflow.registry.store import client, experiment_id
+from horus_airflow.registry.store import training_run
 from horus_airflow.registry.versions import CHAMPION
 from horus_airflow.settings import Settings
 
@@ -74,19 +73,10 @@ def train_predictor(
     hyper = hyperparameters or Hyperparameters()
     evaluation = evaluate(data.rows, hyper, folds)
     model = UtilizationModel(hyper).fit(data.rows)
-    _use_store(settings)
-    mlflow_client = client(settings)
-    run = mlflow_client.create_run(experiment_id(mlflow_client, settings, TRAINING_EXPERIMENT), run_name="train-predictor",
-                                   tags={"horus.run_kind": "predictor-training", "horus.data_source": source})
-    run_id = run.info.run_id
-    try:
-        with mlflow.start_run(run_id=run_id):
-            _log_training(data, source, hyper, evaluation, model)
-            logged = _log_model(model, data)
-        mlflow_client.set_terminated(run_id, RunStatus.to_string(RunStatus.FINISHED))
-    except BaseException:
-        mlflow_client.set_terminated(run_id, RunStatus.to_string(RunStatus.FAILED))
-        raise
+    tags = {"horus.run_kind": "predictor-training", "horus.data_source": source}
+    with training_run(settings, TRAINING_EXPERIMENT, "train-predictor", tags) as run_id:
+        _log_training(data, source, hyper, evaluation, model)
+        logged = _log_model(model, data)
     version, aliases = None, ()
     if register:
         version, aliases = versions.register_version(
@@ -176,8 +166,3 @@ def _log_model(model: UtilizationModel, data: ValidatedData) -> Any:
             pip_requirements=[f"lightgbm=={lightgbm.__version__}", f"pandas=={pd.__version__}", f"mlflow=={mlflow.__version__}",
                               "horus-airflow"],
         )
-
-
-def _use_store(settings: Settings) -> None:
-    mlflow.set_tracking_uri(settings.mlflow_tracking_uri)
-    mlflow.set_registry_uri(settings.mlflow_tracking_uri)

@@ -7,6 +7,11 @@ import os
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
+import contextlib  # noqa: E402
+from typing import Iterator  # noqa: E402
+
+import mlflow  # noqa: E402
+from mlflow.entities import RunStatus  # noqa: E402
 from mlflow.exceptions import MlflowException  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
@@ -34,3 +39,21 @@ def experiment_id(mlflow: MlflowClient, settings: Settings, name: str) -> str:
 
 def is_local(uri: str) -> bool:
     return uri.startswith(("sqlite:", "file:")) or "://" not in uri
+
+
+@contextlib.contextmanager
+def training_run(settings: Settings, experiment: str, run_name: str, tags: dict[str, str]) -> Iterator[str]:
+    """An active MLflow run for the fluent logging API (``log_model`` needs one), closed FINISHED, or
+    FAILED if anything inside raises: no run is left open half-written."""
+    mlflow.set_tracking_uri(settings.mlflow_tracking_uri)
+    mlflow.set_registry_uri(settings.mlflow_tracking_uri)
+    mlflow_client = client(settings)
+    run = mlflow_client.create_run(experiment_id(mlflow_client, settings, experiment), run_name=run_name, tags=tags)
+    run_id = run.info.run_id
+    try:
+        with mlflow.start_run(run_id=run_id):
+            yield run_id
+    except BaseException:
+        mlflow_client.set_terminated(run_id, RunStatus.to_string(RunStatus.FAILED))
+        raise
+    mlflow_client.set_terminated(run_id, RunStatus.to_string(RunStatus.FINISHED))
