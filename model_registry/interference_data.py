@@ -3,6 +3,9 @@ Gavel's measured co-location throughputs (MIT licence, see that folder's README)
 
     python model_registry/interference_data.py --shared ../shared/data --out data/interference_seed/gavel_pairs.csv
 
+Also writes ``gavel_isolated.csv``: each job type's measured steps per second alone, per GPU type and
+GPU count (the simulator turns a trace's step counts into runtimes with it).
+
 One row per ordered single-GPU pair on K80, P100 and V100 (consolidated placement; multi-GPU pairs were
 never measured). ``speed_a`` = A's throughput next to B / A alone; ``fits`` is False where the measured
 throughput is zero (the pair could not run together), and ``speed_a`` is then empty. Each Gavel job
@@ -74,6 +77,11 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows, columns=list(PAIR_COLUMNS)).to_csv(args.out, index=False)
     print(f"wrote {len(rows)} pairs ({sum(r['fits'] for r in rows)} ran together) to {args.out}")
+    alone = raw[(raw["placement"] == "consolidated") & raw["colocated_job_type"].isna()]
+    isolated = alone[["gpu_type", "job_type", "scale_factor", "throughput"]].rename(columns={"throughput": "steps_per_s"})
+    target = args.out.parent / "gavel_isolated.csv"
+    isolated.to_csv(target, index=False)
+    print(f"wrote {len(isolated)} isolated throughputs to {target}")
 
 
 if __name__ == "__main__":

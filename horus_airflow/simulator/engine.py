@@ -1,0 +1,290 @@
+"""The discrete-event simulator: jobs arrive, wait, are placed by a profile through the very placer the
+operator uses, run at the speed their co-residents allow, and finish. Speeds are recomputed whenever a
+GPU's residents change; a gang runs at the pace of its slowest worker. A placement that measured data
+says cannot run (out of memory) crashes the newcomer, which is counted and re-queued after a delay.
+
+Policies see predictions only (the analytic prior's demand and their own interference model); what a
+job really suffers comes from :mod:`horus_airflow.simulator.truth`. The simulator owns the clock; the
+placer stays pure.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+from horus_airflow.features import extract_features
+from horus_airflow.features.gpus import gpu_spec
+from horus_airflow.interference import CoRunner, InterferenceModel, signature
+from horus_airflow.placement import ClusterState, GpuState, Profile, Resident, Waiting, place, schedule
+from horus_airflow.predictor import AnalyticPrior, Demand
+from horus_airflow.simulator.traces import SimJob, Trace
+from horus_airflow.simulator.truth import MeasuredTruth
+from horus_airflow.simulator.workloads import Workload
+
+
+@dataclass(frozen=True)
+class Cluster:
+    nodes: int
+    gpus_per_node: int
+    gpu_type: str
+    nodes_per_rack: int = 32
+
+    def gpus(self) -> tuple[GpuState, ...]:
+        memory = gpu_spec(self.gpu_type).memory_mib
+        return tuple(
+            GpuState(f"n{n}/{i}", f"n{n}", i, self.gpu_type, memory, rack=f"r{n // self.nodes_per_rack}")
+            for n in range(self.nodes) for i in range(self.gpus_per_node)
+        )
+
+
+@dataclass(frozen=True)
+class FinishedJob:
+    job_id: str
+    arrival_s: float
+    start_s: float
+    finish_s: float
+    duration_s: float
+    gpus: int
+    colocated: bool
+    restarts: int
+
+    @property
+    def jct_s(self) -> float:
+        return self.finish_s - self.arrival_s
+
+    @property
+    def slowdown(self) -> float:
+        return (self.finish_s - self.start_s) / self.duration_s
+
+
+@dataclass(frozen=True)
+class Sample:
+    """The cluster at one event: for the plots."""
+
+    time_s: float
+    queued: int
+    busy_fraction: float
+    work_rate: float
+
+
+@dataclass
+class SimulationRun:
+    """Everything one profile's run produced; :mod:`horus_airflow.simulator.metrics` summarises it."""
+
+    profile: str
+    cluster: Cluster
+    finished: list[FinishedJob] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
+    skipped: dict[str, int] = field(default_factory=dict)
+    oom_events: int = 0
+    busy_gpu_s: float = 0.0
+    work_gpu_s: float = 0.0
+    predicted_util_gpu_s: float = 0.0
+    measured_pairs: int = 0
+    modelled_pairs: int = 0
+    unfinished: int = 0
+
+
+@dataclass
+class _Running:
+    job: SimJob
+    demand: Demand
+    gpus: list[int]
+    remaining_s: float  # seconds of work alone left, as of ``updated_s``
+    updated_s: float
+    started_s: float
+    speed: float = 1.0
+    version: int = 0
+    colocated: bool = False
+
+
+def simulate(
+    trace: Trace,
+    cluster: Cluster,
+    profile: Profile,
+    truth: MeasuredTruth,
+    policy_interference: InterferenceModel,
+    restart_delay_s: float = 60.0,
+    progress: Callable[[int, int], None] | None = None,
+) -> SimulationRun:
+    run = SimulationRun(profile.name, cluster, skipped=dict(trace.skipped))
+    spec = gpu_spec(cluster.gpu_type)
+    base = cluster.gpus()
+    index_of = {gpu.gpu_id: i for i, gpu in enumerate(base)}
+    residents: list[list[str]] = [[] for _ in base]
+    demands = _Demands(cluster.gpu_type)
+    placeable = _Placeable(base, profile, policy_interference)
+    jobs = []
+    for job in trace.jobs:
+        reason = placeable.reason(job, demands)
+        if reason:
+            run.skipped[reason] = run.skipped.get(reason, 0) + 1
+        else:
+            jobs.append(job)
+    arrivals = [(job.arrival_s, 0, index) for index, job in enumerate(jobs)]
+    heapq.heapify(arrivals)
+    ready: list[tuple[float, int]] = []  # (ready time, job index) of crashed jobs waiting to restart
+    waiting: dict[int, Waiting] = {}
+    restarts: dict[int, int] = {}
+    running: dict[int, _Running] = {}
+    finishes: list[tuple[float, int, int]] = []  # (time, version, job index)
+    now, states = 0.0, list(base)
+    state = ClusterState(tuple(states))
+    predicted_util = [0.0] * len(base)
+    total = len(jobs)
+
+    def advance(to: float) -> None:
+        nonlocal now
+        span = to - now
+        if span > 0:
+            busy = sum(1 for r in residents if r)
+            run.busy_gpu_s += busy * span
+            run.work_gpu_s += sum(r.speed * r.job.gpus for r in running.values()) * span
+            run.predicted_util_gpu_s += sum(min(100.0, u) for u in predicted_util) / 100.0 * span
+        now = to
+
+    def refresh(gpu_indices: set[int]) -> None:
+        """Recompute the true speed of every job on these GPUs (and so of their gangs)."""
+        touched = {job for i in gpu_indices for job in residents[i]}
+        for key in touched:
+            job_index = int(key)
+            entry = running[job_index]
+            speed = 1.0
+            for g in entry.gpus:
+                outcome = _truth_on(g, residents, running, truth, spec, demands, run)
+                speed = min(speed, outcome.speeds[residents[g].index(key)])
+                entry.colocated = entry.colocated or len(residents[g]) > 1
+            if speed != entry.speed:
+                entry.remaining_s -= entry.speed * (now - entry.updated_s)
+                entry.updated_s, entry.speed = now, speed
+                entry.version += 1
+                heapq.heappush(finishes, (now + entry.remaining_s / speed, entry.version, job_index))
+
+    def rebuild(gpu_indices: set[int]) -> ClusterState:
+        for g in gpu_indices:
+            states[g] = replace(base[g], residents=tuple(_resident(running[int(k)], cluster.gpu_type) for k in residents[g]))
+        return ClusterState(tuple(states))
+
+    while arrivals or ready or waiting or running:
+        next_times = [t for t in (arrivals[0][0] if arrivals else math.inf, ready[0][0] if ready else math.inf,
+                                  finishes[0][0] if finishes else math.inf) if t < math.inf]
+        if not next_times:
+            run.unfinished = len(waiting)  # nothing will ever change: these jobs cannot be placed
+            break
+        advance(min(next_times))
+        changed: set[int] = set()
+        while finishes and finishes[0][0] <= now + 1e-9:
+            _, version, index = heapq.heappop(finishes)
+            entry = running.get(index)
+            if entry is None or entry.version != version:
+                continue
+            del running[index]
+            for g in entry.gpus:
+                residents[g].remove(str(index))
+                predicted_util[g] -= entry.demand.on(cluster.gpu_type).util
+            changed.update(entry.gpus)
+            run.finished.append(FinishedJob(entry.job.job_id, entry.job.arrival_s, entry.started_s, now,
+                                            entry.job.duration_s, entry.job.gpus, entry.colocated, restarts.get(index, 0)))
+            if progress:
+                progress(len(run.finished), total)
+        while arrivals and arrivals[0][0] <= now:
+            _, _, index = heapq.heappop(arrivals)
+            waiting[index] = Waiting(demands.of(jobs[index], index), jobs[index].arrival_s)
+        while ready and ready[0][0] <= now:
+            _, index = heapq.heappop(ready)
+            waiting[index] = Waiting(demands.of(jobs[index], index), jobs[index].arrival_s, skips=restarts[index])
+        if changed:
+            state = rebuild(changed)
+            refresh(changed)
+        while waiting:
+            aged = [replace(w, waited_s=now - w.arrival) for w in waiting.values()]
+            done = schedule(aged, state, profile, policy_interference)
+            if done.job is None or done.decision is None:
+                break
+            index = int(done.job.demand.job_id)
+            for other, w in waiting.items():
+                if w.arrival < done.job.arrival and other != index:
+                    waiting[other] = replace(w, skips=w.skips + 1)
+            del waiting[index]
+            gpu_indices = [index_of[gpu_id] for gpu_id in done.decision.gpu_ids]
+            job = jobs[index]
+            entry = _Running(job, done.job.demand, gpu_indices, job.duration_s, now, now)
+            running[index] = entry
+            for g in gpu_indices:
+                residents[g].append(str(index))
+                predicted_util[g] += entry.demand.on(cluster.gpu_type).util
+            crashed = any(not _truth_on(g, residents, running, truth, spec, demands, run).fits for g in gpu_indices)
+            if crashed:
+                run.oom_events += 1
+                del running[index]
+                for g in gpu_indices:
+                    residents[g].remove(str(index))
+                    predicted_util[g] -= entry.demand.on(cluster.gpu_type).util
+                restarts[index] = restarts.get(index, 0) + 1
+                heapq.heappush(ready, (now + restart_delay_s, index))
+                continue
+            heapq.heappush(finishes, (now + job.duration_s, 0, index))
+            state = rebuild(set(gpu_indices))
+            refresh(set(gpu_indices))
+        busy = sum(1 for r in residents if r)
+        run.samples.append(Sample(now, len(waiting), busy / len(base), sum(r.speed * r.job.gpus for r in running.values()) / len(base)))
+    return run
+
+
+def _resident(entry: _Running, gpu_type: str) -> Resident:
+    need = entry.demand.on(gpu_type)
+    return Resident(entry.demand.job_id, need.util, need.util_p90, need.mem_mib, entry.demand.signature)
+
+
+def _truth_on(g: int, residents: list[list[str]], running: dict[int, _Running], truth: MeasuredTruth, spec, demands: _Demands,
+              run: SimulationRun):  # type: ignore[no-untyped-def]
+    entries = [running[int(k)] for k in residents[g]]
+    runners = [demands.runner(e.job.workload) for e in entries]
+    outcome = truth.outcome([e.job.workload.job_type for e in entries], runners, spec)
+    run.measured_pairs += outcome.measured_pairs
+    run.modelled_pairs += outcome.modelled_pairs
+    return outcome
+
+
+class _Demands:
+    """The policies' view of each workload (analytic prior and signature), computed once per workload."""
+
+    def __init__(self, gpu_type: str) -> None:
+        self.gpu_type = gpu_type
+        self.prior = AnalyticPrior()
+        self.cache: dict[Workload, Demand] = {}
+
+    def template(self, workload: Workload) -> Demand:
+        if workload not in self.cache:
+            features = extract_features(workload.model, workload.batch_size, workload.dataset)
+            demand = self.prior.predict("", features, 1, [gpu_spec(self.gpu_type)])
+            self.cache[workload] = replace(demand, signature=signature(features))
+        return self.cache[workload]
+
+    def of(self, job: SimJob, index: int) -> Demand:
+        return replace(self.template(job.workload), job_id=str(index), gpus=job.gpus)
+
+    def runner(self, workload: Workload) -> CoRunner:
+        demand = self.template(workload)
+        need = demand.on(self.gpu_type)
+        return CoRunner(need.util, need.util_p90, need.mem_mib, demand.signature)
+
+
+class _Placeable:
+    """Whether a job could be placed on the idle cluster at all; one that never could would wait forever."""
+
+    def __init__(self, base: tuple[GpuState, ...], profile: Profile, model: InterferenceModel) -> None:
+        self.idle, self.profile, self.model = ClusterState(base), profile, model
+        self.cache: dict[tuple[Workload, int], str | None] = {}
+
+    def reason(self, job: SimJob, demands: _Demands) -> str | None:
+        if job.gpus > len(self.idle.gpus):
+            return "more GPUs than the cluster has"
+        key = (job.workload, job.gpus)
+        if key not in self.cache:
+            decision = place(replace(demands.template(job.workload), gpus=job.gpus), self.idle, self.profile, self.model)
+            self.cache[key] = None if decision.placed else f"cannot be placed even on the idle cluster by {self.profile.name}"
+        return self.cache[key]

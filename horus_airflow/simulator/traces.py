@@ -1,0 +1,149 @@
+"""Trace readers. Every reader returns the jobs it could use and, per reason, how many it skipped:
+nothing is dropped silently.
+
+Formats:
+- ``muri``: Muri's CSV (``job_id,num_gpu,submit_time,iterations,model_name,batch_size,duration,...``),
+  times in milliseconds; the duration is the job's measured runtime alone.
+- ``gavel``: Gavel's tab-separated ``.trace`` (job type, command, step flag, data flag, total steps,
+  arrival seconds, GPUs); runtime alone = steps / the measured isolated throughput on the cluster's GPU.
+- ``tiresias``: the Tiresias/GPUSchedule CSV of the Horus authors' simulator
+  (``job_id,num_gpu,submit_time,iterations,model_name,duration,interval``), seconds.
+- ``native``: CSV ``job_id,arrival_s,gpus,duration_s,model,batch_size`` with optional ``dataset``; the
+  model is a catalog name.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from horus_airflow.errors import HorusError, InvalidJobError
+from horus_airflow.simulator.workloads import Workload, gavel_workload, trace_workload
+
+FORMATS = ("muri", "gavel", "tiresias", "native")
+
+
+class TraceError(HorusError):
+    """A trace that cannot be read at all (missing file or columns, unknown format)."""
+
+
+@dataclass(frozen=True)
+class SimJob:
+    """One job: when it arrives, its GPUs, how long it runs alone on the cluster's GPU type, and what it
+    trains (for the policies' predictions and for measured interference)."""
+
+    job_id: str
+    arrival_s: float
+    gpus: int
+    duration_s: float
+    workload: Workload
+
+
+@dataclass(frozen=True)
+class Trace:
+    jobs: tuple[SimJob, ...]
+    skipped: dict[str, int] = field(default_factory=dict)
+    source: str = ""
+
+
+def read_trace(path: Path | str, trace_format: str, gpu_type: str, isolated: pd.DataFrame | None = None) -> Trace:
+    if trace_format not in FORMATS:
+        raise TraceError(f"unknown trace format {trace_format!r}; accepted: {', '.join(FORMATS)}")
+    path = Path(path)
+    if not path.is_file():
+        raise TraceError(f"trace not found: {str(path)!r}")
+    if trace_format == "gavel":
+        if isolated is None:
+            raise TraceError("a Gavel trace needs the measured isolated throughputs (data/interference_seed/gavel_isolated.csv)")
+        return _gavel(path, gpu_type, isolated)
+    frame = pd.read_csv(path)
+    columns = {
+        "muri": ("job_id", "num_gpu", "submit_time", "model_name", "batch_size", "duration"),
+        "tiresias": ("job_id", "num_gpu", "submit_time", "model_name", "duration"),
+        "native": ("job_id", "arrival_s", "gpus", "duration_s", "model", "batch_size"),
+    }[trace_format]
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise TraceError(f"{trace_format} trace {str(path)!r} lacks columns: {', '.join(missing)}; expected: {', '.join(columns)}")
+    scale = 1000.0 if trace_format == "muri" else 1.0
+    jobs, skipped = [], Counter()
+    for row in frame.itertuples(index=False):
+        values = row._asdict()
+        try:
+            if trace_format == "native":
+                arrival, gpus, duration = float(values["arrival_s"]), int(values["gpus"]), float(values["duration_s"])
+                workload = _native_workload(values)
+            else:
+                arrival, gpus = float(values["submit_time"]) / scale, int(values["num_gpu"])
+                duration = float(values["duration"]) / scale
+                batch = int(values["batch_size"]) if "batch_size" in values else None
+                workload = trace_workload(str(values["model_name"]), batch)
+        except InvalidJobError:
+            skipped["unknown model"] += 1
+            continue
+        except (TypeError, ValueError):
+            skipped["unreadable number"] += 1
+            continue
+        reason = _invalid(arrival, gpus, duration)
+        if reason:
+            skipped[reason] += 1
+            continue
+        jobs.append(SimJob(str(values["job_id"]), arrival, gpus, duration, workload))
+    return Trace(tuple(sorted(jobs, key=lambda j: j.arrival_s)), dict(skipped), str(path))
+
+
+def _native_workload(values: dict[str, object]) -> Workload:
+    dataset = values.get("dataset")
+    dataset = None if dataset is None or (isinstance(dataset, float) and math.isnan(dataset)) else str(dataset)
+    from horus_airflow.catalog import resolve
+
+    resolved = resolve(str(values["model"]), dataset)
+    return Workload(resolved.workload.name, resolved.dataset.name, int(values["batch_size"]), str(values["model"]))
+
+
+def _invalid(arrival: float, gpus: int, duration: float) -> str | None:
+    if not math.isfinite(arrival) or arrival < 0:
+        return "negative or missing arrival"
+    if gpus < 1:
+        return "fewer than 1 GPU"
+    if not math.isfinite(duration) or duration <= 0:
+        return "non-positive duration"
+    return None
+
+
+def _gavel(path: Path, gpu_type: str, isolated: pd.DataFrame) -> Trace:
+    rates = {(r.job_type, int(r.scale_factor)): float(r.steps_per_s) for r in isolated[isolated["gpu_type"] == gpu_type].itertuples()}
+    if not rates:
+        raise TraceError(f"no measured isolated throughputs for GPU type {gpu_type!r}; measured: "
+                         f"{', '.join(sorted(isolated['gpu_type'].unique()))}")
+    jobs, skipped = [], Counter()
+    for number, line in enumerate(path.read_text().splitlines()):
+        fields = line.split("\t")
+        if len(fields) != 7:
+            skipped["not 7 tab-separated fields"] += 1
+            continue
+        job_type, _command, _flag, _data, steps, arrival, gpus = fields
+        try:
+            workload = gavel_workload(job_type)
+            steps_f, arrival_f, gpus_i = float(steps), float(arrival), int(gpus)
+        except InvalidJobError:
+            skipped["unknown model"] += 1
+            continue
+        except ValueError:
+            skipped["unreadable number"] += 1
+            continue
+        rate = rates.get((job_type, gpus_i))
+        if rate is None or rate <= 0:
+            skipped[f"no measured throughput for {gpus_i} GPUs"] += 1
+            continue
+        duration = steps_f / rate
+        reason = _invalid(arrival_f, gpus_i, duration)
+        if reason:
+            skipped[reason] += 1
+            continue
+        jobs.append(SimJob(str(number), arrival_f, gpus_i, duration, workload))
+    return Trace(tuple(sorted(jobs, key=lambda j: j.arrival_s)), dict(skipped), str(path))
