@@ -67,6 +67,22 @@ def main(argv: list[str] | None = None) -> int:
     place.add_argument("--profile", default="horus-paper", help="built-in profile name or a .yaml path")
     place.add_argument("--json", action="store_true", help="print the decision with every candidate as JSON")
 
+    simulate = sub.add_parser("simulate", help="replay a cluster trace through several placement profiles")
+    simulate.add_argument("--trace", type=Path, required=True)
+    simulate.add_argument("--trace-format", choices=("muri", "gavel", "tiresias", "native"), default="native")
+    simulate.add_argument("--nodes", type=int, required=True)
+    simulate.add_argument("--gpus-per-node", type=int, default=8)
+    simulate.add_argument("--gpu", default="v100", help="GPU type with measured co-location data: k80, p100, v100")
+    simulate.add_argument("--profiles", default="exclusive,gandiva-pack,horus-paper,horus-ml",
+                          help="comma-separated profile names or .yaml paths")
+    simulate.add_argument("--json", type=Path, help="write the results here")
+    simulate.add_argument("--plot", type=Path, help="write the PNG plot here")
+    simulate.add_argument("--arrival-scale", type=float, default=1.0, help="divide arrival times by this (more load)")
+    simulate.add_argument("--limit", type=int, help="only the first N jobs by arrival")
+    simulate.add_argument("--pairs", type=Path, default=Path("data/interference_seed/gavel_pairs.csv"))
+    simulate.add_argument("--isolated", type=Path, default=Path("data/interference_seed/gavel_isolated.csv"))
+    simulate.add_argument("--no-mlflow", action="store_true", help="do not log an MLflow run")
+
     model = sub.add_parser("interference-model", help="train, evaluate and promote the interference model")
     model_actions = model.add_subparsers(dest="action", required=True)
     for name, text in (("train", "evaluate, fit, log to MLflow and register as challenger"),
@@ -271,6 +287,43 @@ def _interference_model(args: argparse.Namespace) -> int:
     return 0
 
 
+def _simulate(args: argparse.Namespace) -> int:
+    from horus_airflow.simulator.engine import Cluster
+    from horus_airflow.simulator.metrics import comparison_table
+    from horus_airflow.simulator.report import log_simulation, plot, write_json
+    from horus_airflow.simulator.runner import run_simulation
+
+    if args.nodes < 1 or args.gpus_per_node < 1:
+        print("horus simulate: error: --nodes and --gpus-per-node must be at least 1", file=sys.stderr)
+        return 2
+    report = run_simulation(
+        args.trace, args.trace_format, Cluster(args.nodes, args.gpus_per_node, args.gpu),
+        [p.strip() for p in args.profiles.split(",") if p.strip()], args.pairs, args.isolated, args.arrival_scale,
+        args.limit, _progress_bar if sys.stderr.isatty() else None,
+    )
+    print(comparison_table(report.results))
+    skipped = report.results[0].skipped_reasons if report.results else {}
+    if skipped:
+        print("\nskipped jobs: " + ", ".join(f"{count} {reason}" for reason, count in sorted(skipped.items())))
+    print(f"\nground truth: {report.truth}; {report.wall_s:.1f} s")
+    if args.json:
+        write_json(report, args.json)
+    if args.plot:
+        plot(report, args.plot)
+    if not args.no_mlflow:
+        print(f"MLflow run {log_simulation(Settings.from_env(), report)} (experiment horus-simulations)")
+    return 0
+
+
+def _progress_bar(profile: str, done: int, total: int) -> None:
+    if done == total or done % max(1, total // 50) == 0:
+        filled = int(30 * done / max(total, 1))
+        sys.stderr.write(f"\r{profile:<14} [{'#' * filled}{'.' * (30 - filled)}] {done}/{total}")
+        if done == total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
 def _catalog(_args: argparse.Namespace) -> int:
     from horus_airflow.catalog import DATASETS, WORKLOADS
 
@@ -304,6 +357,7 @@ def _demo(args: argparse.Namespace) -> int:
 _COMMANDS = {
     "run": _run, "predict": _predict, "predictor": _predictor, "catalog": _catalog, "inventory": _inventory,
     "demo": _demo, "interference": _interference, "place": _place, "interference-model": _interference_model,
+    "simulate": _simulate,
 }
 
 if __name__ == "__main__":

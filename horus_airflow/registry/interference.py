@@ -25,7 +25,7 @@ from horus_airflow.interference.base import InterferenceModel
 from horus_airflow.interference.evaluation import SplitScores, evaluate_interference, scores_table
 from horus_airflow.interference.pairs import DESIGN_COLUMNS, design_matrix
 from horus_airflow.registry import versions
-from horus_airflow.registry.store import training_run
+from horus_airflow.registry.store import logged_run
 from horus_airflow.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ def train_interference(settings: Settings, pairs: pd.DataFrame, source: str, reg
     scores = evaluate_interference(pairs)
     model = LearnedInterference().fit(pairs)
     tags = {"horus.run_kind": "interference-training", "horus.data_source": source}
-    with training_run(settings, INTERFERENCE_EXPERIMENT, "train-interference", tags) as run_id:
+    with logged_run(settings, INTERFERENCE_EXPERIMENT, "train-interference", tags) as run_id:
         mlflow.log_params({"data.source": source, "data.pairs": len(pairs), "data.pairs_that_ran": int(pairs["fits"].sum()),
                            "data.gpu_types": ",".join(sorted(pairs["gpu_type"].unique())),
                            "data.job_types": ",".join(sorted(pairs["family_a"].unique()))})

@@ -26,7 +26,7 @@ from horus_airflow.predictor.dataset import TARGETS, ValidatedData
 from horus_airflow.predictor.evaluation import Evaluation, evaluate
 from horus_airflow.predictor.model import DESIGN_COLUMNS, Hyperparameters, TrainedPredictor, UtilizationModel, design_matrix
 from horus_airflow.registry import versions
-from horus_airflow.registry.store import training_run
+from horus_airflow.registry.store import logged_run
 from horus_airflow.registry.versions import CHAMPION
 from horus_airflow.settings import Settings
 
@@ -74,7 +74,7 @@ def train_predictor(
     evaluation = evaluate(data.rows, hyper, folds)
     model = UtilizationModel(hyper).fit(data.rows)
     tags = {"horus.run_kind": "predictor-training", "horus.data_source": source}
-    with training_run(settings, TRAINING_EXPERIMENT, "train-predictor", tags) as run_id:
+    with logged_run(settings, TRAINING_EXPERIMENT, "train-predictor", tags) as run_id:
         _log_training(data, source, hyper, evaluation, model)
         logged = _log_model(model, data)
     version, aliases = None, ()

@@ -42,7 +42,7 @@ def is_local(uri: str) -> bool:
 
 
 @contextlib.contextmanager
-def training_run(settings: Settings, experiment: str, run_name: str, tags: dict[str, str]) -> Iterator[str]:
+def logged_run(settings: Settings, experiment: str, run_name: str, tags: dict[str, str]) -> Iterator[str]:
     """An active MLflow run for the fluent logging API (``log_model`` needs one), closed FINISHED, or
     FAILED if anything inside raises: no run is left open half-written."""
     mlflow.set_tracking_uri(settings.mlflow_tracking_uri)

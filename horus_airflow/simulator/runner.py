@@ -1,0 +1,57 @@
+"""One simulation end to end: read the trace, split measured data into ground truth and the policies'
+model, run every profile on the same jobs and cluster, summarise."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+from horus_airflow.interference.pairs import read_pairs
+from horus_airflow.placement import load_profile
+from horus_airflow.simulator.engine import Cluster, simulate
+from horus_airflow.simulator.metrics import summarize
+from horus_airflow.simulator.report import SimulationReport
+from horus_airflow.simulator.traces import Trace, TraceError, read_trace
+from horus_airflow.simulator.truth import split_models
+
+DATA = Path("data") / "interference_seed"
+
+
+def run_simulation(
+    trace_path: Path,
+    trace_format: str,
+    cluster: Cluster,
+    profiles: list[str],
+    pairs_path: Path = DATA / "gavel_pairs.csv",
+    isolated_path: Path = DATA / "gavel_isolated.csv",
+    arrival_scale: float = 1.0,
+    limit: int | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> SimulationReport:
+    """``arrival_scale`` > 1 compresses arrival times (more load on the same cluster); ``limit`` keeps
+    the first jobs by arrival."""
+    if arrival_scale <= 0:
+        raise TraceError(f"arrival scale must be > 0, got {arrival_scale}")
+    loaded_profiles = [load_profile(name) for name in profiles]
+    isolated = pd.read_csv(isolated_path) if trace_format == "gavel" else None
+    trace = read_trace(trace_path, trace_format, cluster.gpu_type, isolated)
+    jobs = trace.jobs[:limit] if limit else trace.jobs
+    jobs = tuple(replace(job, arrival_s=job.arrival_s / arrival_scale) for job in jobs)
+    trace = Trace(jobs, trace.skipped, trace.source)
+    truth, policy_model = split_models(read_pairs(pairs_path), cluster.gpu_type)
+    started = time.perf_counter()
+    runs = []
+    for profile in loaded_profiles:
+        callback = (lambda done, total, name=profile.name: progress(name, done, total)) if progress else None
+        runs.append(simulate(trace, cluster, profile, truth, policy_model, progress=callback))
+    return SimulationReport(
+        trace=str(trace_path), trace_format=trace_format,
+        cluster=f"{cluster.nodes} nodes x {cluster.gpus_per_node} {cluster.gpu_type}",
+        truth=(f"measured Gavel pairs on {cluster.gpu_type}; unmeasured pairs from a model fitted only on "
+               f"{cluster.gpu_type} pairs; policies' learned model fitted on the other GPU types"),
+        results=[summarize(run) for run in runs], runs=runs, wall_s=time.perf_counter() - started,
+    )
