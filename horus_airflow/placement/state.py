@@ -5,9 +5,9 @@ The cluster-state JSON format (``horus place --state``, docs/PLACEMENT.md) is :m
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -69,6 +69,17 @@ class ClusterArrays:
     node_gpus: np.ndarray  # per GPU: GPUs on its node
     node_busy: np.ndarray  # per GPU: GPUs with residents on its node
 
+    def updated(self, changes: Mapping[int, GpuState]) -> ClusterArrays:
+        """New arrays with these GPUs' residents replaced; the old arrays stay as they were (a decision
+        made on them can still be explained)."""
+        used, util, p90, count = self.used_mem.copy(), self.summed_util.copy(), self.summed_p90.copy(), self.residents.copy()
+        for i, gpu in changes.items():
+            used[i], util[i], count[i] = gpu.used_mem_mib, gpu.summed_util, len(gpu.residents)
+            p90[i] = sum(r.util_p90 for r in gpu.residents)
+        busy_per_node = np.bincount(self.node_index, weights=(count > 0), minlength=len(self.nodes))
+        return replace(self, used_mem=used, summed_util=util, summed_p90=p90, residents=count,
+                       node_busy=busy_per_node[self.node_index])
+
 
 @dataclass(frozen=True)
 class ClusterState:
@@ -104,6 +115,16 @@ class ClusterState:
             node_gpus=per_node[node_index],
             node_busy=busy_per_node[node_index],
         )
+
+    def with_changes(self, changes: Mapping[int, GpuState], version: int | None = None) -> ClusterState:
+        """The state with some GPUs (by position) replaced, updating the arrays instead of rebuilding them:
+        what a simulator or a long-lived backend needs when one event touches a few GPUs."""
+        gpus = list(self.gpus)
+        for i, gpu in changes.items():
+            gpus[i] = gpu
+        state = ClusterState(tuple(gpus), self.version if version is None else version)
+        state.__dict__["arrays"] = self.arrays.updated(changes)  # seeds the cached property
+        return state
 
     def to_dict(self) -> dict[str, Any]:
         return {

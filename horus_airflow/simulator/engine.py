@@ -131,8 +131,8 @@ def simulate(
     restarts: dict[int, int] = {}
     running: dict[int, _Running] = {}
     finishes: list[tuple[float, int, int]] = []  # (time, version, job index)
-    now, states = 0.0, list(base)
-    state = ClusterState(tuple(states))
+    now = 0.0
+    state = ClusterState(base)
     predicted_util = [0.0] * len(base)
     total = len(jobs)
 
@@ -164,9 +164,9 @@ def simulate(
                 heapq.heappush(finishes, (now + entry.remaining_s / speed, entry.version, job_index))
 
     def rebuild(gpu_indices: set[int]) -> ClusterState:
-        for g in gpu_indices:
-            states[g] = replace(base[g], residents=tuple(_resident(running[int(k)], cluster.gpu_type) for k in residents[g]))
-        return ClusterState(tuple(states))
+        changes = {g: replace(base[g], residents=tuple(_resident(running[int(k)], cluster.gpu_type) for k in residents[g]))
+                   for g in gpu_indices}
+        return state.with_changes(changes)
 
     while arrivals or ready or waiting or running:
         next_times = [t for t in (arrivals[0][0] if arrivals else math.inf, ready[0][0] if ready else math.inf,
