@@ -38,12 +38,20 @@ class MeasuredTruth:
     pairs: pd.DataFrame
     fallback: LearnedInterference
     table: dict[tuple[str, str], tuple[float, bool]] = field(default_factory=dict, init=False)
+    memo: dict[tuple[tuple[str, CoRunner], ...], TruthOutcome] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
         for row in self.pairs.itertuples(index=False):
             self.table[(row.job_a, row.job_b)] = (float(row.speed_a) if row.fits else 0.0, bool(row.fits))
 
     def outcome(self, job_types: Sequence[str], runners: Sequence[CoRunner], gpu: GpuSpec) -> TruthOutcome:
+        """Memoized: the same mix of jobs on the same GPU type always fares the same."""
+        key = tuple(zip(job_types, runners))
+        if key not in self.memo:
+            self.memo[key] = self._outcome(job_types, runners, gpu)
+        return self.memo[key]
+
+    def _outcome(self, job_types: Sequence[str], runners: Sequence[CoRunner], gpu: GpuSpec) -> TruthOutcome:
         if len(job_types) <= 1:
             return TruthOutcome(tuple(1.0 for _ in job_types), True, 0, 0)
         extra = np.zeros(len(job_types))
