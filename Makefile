@@ -11,7 +11,7 @@ export AIRFLOW__CORE__DAGS_FOLDER ?= $(CURDIR)/dags
 export AIRFLOW__CORE__LOAD_EXAMPLES ?= False
 export MLFLOW_DISABLE_TELEMETRY ?= true
 
-.PHONY: install demo test clean
+.PHONY: install demo test evaluate clean
 
 install: $(STAMP)
 
@@ -27,6 +27,10 @@ demo: export HORUS_LOCAL_GPUS ?= 2xa100-80gb
 demo: $(STAMP)
 	$(BIN)/horus demo --dags-folder dags --seed-data data/predictor_seed/predictor_seed.csv \
 		--interference-data data/interference_seed/gavel_pairs.csv
+
+# Every placement profile on Philly traces with measured ground truth (docs/EVALUATION.md), about 6 min.
+evaluate: $(STAMP)
+	$(BIN)/python benchmarks/evaluate.py --out evaluation
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -ra $(PYTEST_ARGS)

@@ -115,8 +115,8 @@ def simulate(
     base = cluster.gpus()
     index_of = {gpu.gpu_id: i for i, gpu in enumerate(base)}
     residents: list[list[str]] = [[] for _ in base]
-    demands = _Demands(cluster.gpu_type)
-    placeable = _Placeable(base, profile, policy_interference)
+    demands = Demands(cluster.gpu_type)
+    placeable = Placeable(base, profile, policy_interference)
     jobs = []
     for job in trace.jobs:
         reason = placeable.reason(job, demands)
@@ -239,7 +239,7 @@ def _resident(entry: _Running, gpu_type: str) -> Resident:
     return Resident(entry.demand.job_id, need.util, need.util_p90, need.mem_mib, entry.demand.signature)
 
 
-def _truth_on(g: int, residents: list[list[str]], running: dict[int, _Running], truth: MeasuredTruth, spec, demands: _Demands,
+def _truth_on(g: int, residents: list[list[str]], running: dict[int, _Running], truth: MeasuredTruth, spec, demands: Demands,
               run: SimulationRun):  # type: ignore[no-untyped-def]
     entries = [running[int(k)] for k in residents[g]]
     runners = [demands.runner(e.job.workload) for e in entries]
@@ -249,7 +249,7 @@ def _truth_on(g: int, residents: list[list[str]], running: dict[int, _Running], 
     return outcome
 
 
-class _Demands:
+class Demands:
     """The policies' view of each workload (analytic prior and signature), computed once per workload."""
 
     def __init__(self, gpu_type: str) -> None:
@@ -273,14 +273,14 @@ class _Demands:
         return CoRunner(need.util, need.util_p90, need.mem_mib, demand.signature)
 
 
-class _Placeable:
+class Placeable:
     """Whether a job could be placed on the idle cluster at all; one that never could would wait forever."""
 
     def __init__(self, base: tuple[GpuState, ...], profile: Profile, model: InterferenceModel) -> None:
         self.idle, self.profile, self.model = ClusterState(base), profile, model
         self.cache: dict[tuple[Workload, int], str | None] = {}
 
-    def reason(self, job: SimJob, demands: _Demands) -> str | None:
+    def reason(self, job: SimJob, demands: Demands) -> str | None:
         if job.gpus > len(self.idle.gpus):
             return "more GPUs than the cluster has"
         key = (job.workload, job.gpus)

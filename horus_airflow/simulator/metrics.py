@@ -27,6 +27,7 @@ class ProfileMetrics:
     summed_util: float
     work_rate: float
     avg_slowdown: float
+    p95_slowdown: float
     worst_slowdown: float
     oom_events: int
     finished: int
@@ -50,16 +51,18 @@ def summarize(run: SimulationRun) -> ProfileMetrics:
             run.profile, end - start, float(jct.mean()), float(np.median(jct)), float(np.percentile(jct, 95)),
             float(statistics.fmean(f.start_s - f.arrival_s for f in done)),
             run.busy_gpu_s / (gpus * window), run.predicted_util_gpu_s / (gpus * window), run.work_gpu_s / (gpus * window),
-            float(statistics.fmean(shared)) if shared else 1.0, max(shared) if shared else 1.0,
+            float(statistics.fmean(shared)) if shared else 1.0, float(np.percentile(shared, 95)) if shared else 1.0,
+            max(shared) if shared else 1.0,
             run.oom_events, len(done), run.unfinished, sum(run.skipped.values()), dict(run.skipped),
         )
-    return ProfileMetrics(run.profile, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, run.oom_events, 0,
+    return ProfileMetrics(run.profile, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, run.oom_events, 0,
                           run.unfinished, sum(run.skipped.values()), dict(run.skipped))
 
 
 _COLUMNS = (("makespan_s", "makespan h", 3600.0), ("avg_jct_s", "mean JCT h", 3600.0), ("median_jct_s", "median JCT h", 3600.0),
             ("p95_jct_s", "p95 JCT h", 3600.0), ("avg_wait_s", "mean wait h", 3600.0), ("gpu_util", "GPU busy", 1.0),
-            ("work_rate", "work/GPU", 1.0), ("avg_slowdown", "mean slowdown", 1.0), ("worst_slowdown", "worst slowdown", 1.0),
+            ("work_rate", "work/GPU", 1.0), ("avg_slowdown", "mean slowdown", 1.0), ("p95_slowdown", "p95 slowdown", 1.0),
+            ("worst_slowdown", "worst slowdown", 1.0),
             ("oom_events", "OOM", 1.0), ("finished", "finished", 1.0))
 
 

@@ -12,7 +12,9 @@ import pandas as pd
 
 from horus_airflow.interference.pairs import read_pairs
 from horus_airflow.placement import load_profile
-from horus_airflow.simulator.engine import Cluster, simulate
+from horus_airflow.interference import InterferenceModel
+from horus_airflow.placement import Profile
+from horus_airflow.simulator.engine import Cluster, Demands, Placeable, simulate
 from horus_airflow.simulator.metrics import summarize
 from horus_airflow.simulator.report import SimulationReport
 from horus_airflow.simulator.traces import Trace, TraceError, read_trace
@@ -43,6 +45,7 @@ def run_simulation(
     jobs = tuple(replace(job, arrival_s=job.arrival_s / arrival_scale) for job in jobs)
     trace = Trace(jobs, trace.skipped, trace.source)
     truth, policy_model = split_models(read_pairs(pairs_path), cluster.gpu_type)
+    trace = common_jobs(trace, cluster, loaded_profiles, policy_model)
     started = time.perf_counter()
     runs = []
     for profile in loaded_profiles:
@@ -55,3 +58,18 @@ def run_simulation(
                f"{cluster.gpu_type} pairs; policies' learned model fitted on the other GPU types"),
         results=[summarize(run) for run in runs], runs=runs, wall_s=time.perf_counter() - started,
     )
+
+
+def common_jobs(trace: Trace, cluster: Cluster, profiles: list[Profile], model: InterferenceModel) -> Trace:
+    """Keep the jobs every profile can place on the idle cluster, so all profiles are measured on the
+    same jobs; the others are counted under the first profile that cannot place them."""
+    demands = Demands(cluster.gpu_type)
+    checks = [Placeable(cluster.gpus(), profile, model) for profile in profiles]
+    kept, skipped = [], dict(trace.skipped)
+    for job in trace.jobs:
+        reason = next((r for r in (check.reason(job, demands) for check in checks) if r), None)
+        if reason:
+            skipped[reason] = skipped.get(reason, 0) + 1
+        else:
+            kept.append(job)
+    return Trace(tuple(kept), skipped, trace.source)
