@@ -3,6 +3,10 @@ operator uses, run at the speed their co-residents allow, and finish. Speeds are
 GPU's residents change; a gang runs at the pace of its slowest worker. A placement that measured data
 says cannot run (out of memory) crashes the newcomer, which is counted and re-queued after a delay.
 
+The queue policy is offered the jobs back from a crash and the ``QUEUE_WINDOW`` oldest other waiting
+jobs, so a long queue costs a bounded amount per event (every built-in policy looks at the oldest jobs
+first anyway; ``shortest-first`` and ``credit`` then see the 256 oldest, not all).
+
 Policies see predictions only (the analytic prior's demand and their own interference model); what a
 job really suffers comes from :mod:`horus_airflow.simulator.truth`. The simulator owns the clock; the
 placer stays pure.
@@ -12,6 +16,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from itertools import islice
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
@@ -23,6 +28,9 @@ from horus_airflow.predictor import AnalyticPrior, Demand
 from horus_airflow.simulator.traces import SimJob, Trace
 from horus_airflow.simulator.truth import MeasuredTruth
 from horus_airflow.simulator.workloads import Workload
+
+
+QUEUE_WINDOW = 256
 
 
 @dataclass(frozen=True)
@@ -127,7 +135,8 @@ def simulate(
     arrivals = [(job.arrival_s, 0, index) for index, job in enumerate(jobs)]
     heapq.heapify(arrivals)
     ready: list[tuple[float, int]] = []  # (ready time, job index) of crashed jobs waiting to restart
-    waiting: dict[int, Waiting] = {}
+    fresh: dict[int, Waiting] = {}  # waiting since arrival, in arrival order
+    retrying: dict[int, Waiting] = {}  # back in the queue after a crash
     restarts: dict[int, int] = {}
     running: dict[int, _Running] = {}
     finishes: list[tuple[float, int, int]] = []  # (time, version, job index)
@@ -168,11 +177,11 @@ def simulate(
                    for g in gpu_indices}
         return state.with_changes(changes)
 
-    while arrivals or ready or waiting or running:
+    while arrivals or ready or fresh or retrying or running:
         next_times = [t for t in (arrivals[0][0] if arrivals else math.inf, ready[0][0] if ready else math.inf,
                                   finishes[0][0] if finishes else math.inf) if t < math.inf]
         if not next_times:
-            run.unfinished = len(waiting)  # nothing will ever change: these jobs cannot be placed
+            run.unfinished = len(fresh) + len(retrying)  # nothing will ever change: these cannot be placed
             break
         advance(min(next_times))
         changed: set[int] = set()
@@ -192,23 +201,25 @@ def simulate(
                 progress(len(run.finished), total)
         while arrivals and arrivals[0][0] <= now:
             _, _, index = heapq.heappop(arrivals)
-            waiting[index] = Waiting(demands.of(jobs[index], index), jobs[index].arrival_s)
+            fresh[index] = Waiting(demands.of(jobs[index], index), jobs[index].arrival_s)
         while ready and ready[0][0] <= now:
             _, index = heapq.heappop(ready)
-            waiting[index] = Waiting(demands.of(jobs[index], index), jobs[index].arrival_s, skips=restarts[index])
+            retrying[index] = Waiting(demands.of(jobs[index], index), jobs[index].arrival_s, skips=restarts[index])
         if changed:
             state = rebuild(changed)
             refresh(changed)
-        while waiting:
-            aged = [replace(w, waited_s=now - w.arrival) for w in waiting.values()]
-            done = schedule(aged, state, profile, policy_interference)
+        while fresh or retrying:
+            window = [*retrying.values(), *islice(fresh.values(), QUEUE_WINDOW)]
+            done = schedule([replace(w, waited_s=now - w.arrival) for w in window], state, profile, policy_interference)
             if done.job is None or done.decision is None:
                 break
             index = int(done.job.demand.job_id)
-            for other, w in waiting.items():
+            for w in window:
+                other = int(w.demand.job_id)
                 if w.arrival < done.job.arrival and other != index:
-                    waiting[other] = replace(w, skips=w.skips + 1)
-            del waiting[index]
+                    queue = retrying if other in retrying else fresh
+                    queue[other] = replace(w, skips=w.skips + 1)
+            (retrying if index in retrying else fresh).pop(index)
             gpu_indices = [index_of[gpu_id] for gpu_id in done.decision.gpu_ids]
             job = jobs[index]
             entry = _Running(job, done.job.demand, gpu_indices, job.duration_s, now, now)
@@ -230,7 +241,7 @@ def simulate(
             state = rebuild(set(gpu_indices))
             refresh(set(gpu_indices))
         busy = sum(1 for r in residents if r)
-        run.samples.append(Sample(now, len(waiting), busy / len(base), sum(r.speed * r.job.gpus for r in running.values()) / len(base)))
+        run.samples.append(Sample(now, len(fresh) + len(retrying), busy / len(base), sum(r.speed * r.job.gpus for r in running.values()) / len(base)))
     return run
 
 
