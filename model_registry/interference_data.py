@@ -16,7 +16,6 @@ that GPU, so the training data does not depend on which predictor version is cha
 from __future__ import annotations
 
 import argparse
-import re
 from pathlib import Path
 
 import pandas as pd
@@ -26,25 +25,12 @@ from horus_airflow.features.gpus import gpu_spec
 from horus_airflow.interference.base import SIGNATURE_FIELDS, signature
 from horus_airflow.interference.pairs import PAIR_COLUMNS
 from horus_airflow.predictor import AnalyticPrior
-
-GAVEL_MODELS = {  # Gavel's job type -> (catalog model, dataset, batch size when the name has none)
-    "ResNet-18": ("resnet18", "cifar10", None),
-    "ResNet-50": ("resnet50", "imagenet", None),
-    "Transformer": ("transformer_base", "multi30k", None),
-    "LM": ("lstm_lm", "wikitext2", None),
-    "Recommendation": ("autoencoder_rec", "ml20m", None),
-    "A3C": ("a3c", "atari", 20),
-    "CycleGAN": ("cyclegan", "horse2zebra", 1),
-}
-_NAME = re.compile(r"^(?P<family>[^(]+?)(?: \(batch size (?P<batch>\d+)\))?$")
-
+from horus_airflow.simulator.workloads import gavel_workload
 
 def job_columns(job_type: str, gpu: str, prior: AnalyticPrior) -> dict[str, float | str]:
-    match = _NAME.match(job_type.strip())
-    assert match, job_type
-    family = match["family"].strip()
-    model, dataset, fixed_batch = GAVEL_MODELS[family]
-    features = extract_features(model, int(match["batch"] or fixed_batch), dataset)
+    workload = gavel_workload(job_type)
+    family = job_type.split(" (")[0].strip()
+    features = extract_features(workload.model, workload.batch_size, workload.dataset)
     demand = prior.predict_one(features, gpu_spec(gpu))
     return {"family": family, "util": demand.util, "util_p90": demand.util_p90, "mem": demand.mem_mib,
             **dict(zip(SIGNATURE_FIELDS, signature(features)))}
