@@ -70,12 +70,15 @@ class FinishedJob:
 
 @dataclass(frozen=True)
 class Sample:
-    """The cluster at one event: for the plots."""
+    """The cluster at one event, for the plots. ``summed_util`` is the policies' predicted utilization
+    summed per GPU (capped at 100 %) and averaged over GPUs: a prediction, shown next to the measured
+    busy fraction and work rate."""
 
     time_s: float
     queued: int
     busy_fraction: float
     work_rate: float
+    summed_util: float
 
 
 @dataclass
@@ -241,7 +244,9 @@ def simulate(
             state = rebuild(set(gpu_indices))
             refresh(set(gpu_indices))
         busy = sum(1 for r in residents if r)
-        run.samples.append(Sample(now, len(fresh) + len(retrying), busy / len(base), sum(r.speed * r.job.gpus for r in running.values()) / len(base)))
+        run.samples.append(Sample(now, len(fresh) + len(retrying), busy / len(base),
+                                  sum(r.speed * r.job.gpus for r in running.values()) / len(base),
+                                  sum(min(100.0, u) for u in predicted_util) / (100.0 * len(base))))
     return run
 
 

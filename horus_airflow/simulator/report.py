@@ -46,8 +46,9 @@ def write_json(report: SimulationReport, path: Path) -> None:
 
 
 def plot(report: SimulationReport, path: Path) -> None:
-    """JCT CDF, queue length and GPU busy fraction over time, one line per profile."""
-    figure, (cdf, queue, busy) = plt.subplots(1, 3, figsize=(16, 4.5))
+    """JCT CDF, queue length, GPU busy fraction and summed predicted utilization over time, one line per
+    profile."""
+    figure, (cdf, queue, busy, summed) = plt.subplots(1, 4, figsize=(21, 4.5))
     for run in report.runs:
         jct = np.sort([f.jct_s / 3600 for f in run.finished])
         if len(jct):
@@ -55,10 +56,12 @@ def plot(report: SimulationReport, path: Path) -> None:
         times = np.array([s.time_s / 3600 for s in run.samples])
         queue.step(times, [s.queued for s in run.samples], where="post", label=run.profile)
         busy.step(times, [s.busy_fraction for s in run.samples], where="post", label=run.profile)
+        summed.step(times, [s.summed_util for s in run.samples], where="post", label=run.profile)
     cdf.set(xscale="log", xlabel="job completion time (h)", ylabel="fraction of jobs", title="JCT CDF")
     queue.set(xlabel="time (h)", ylabel="jobs waiting", title="Queue length")
     busy.set(xlabel="time (h)", ylabel="fraction of GPUs busy", title="GPU busy fraction", ylim=(0, 1.05))
-    for axis in (cdf, queue, busy):
+    summed.set(xlabel="time (h)", ylabel="mean per GPU (1 = 100 %)", title="Summed predicted utilization", ylim=(0, 1.05))
+    for axis in (cdf, queue, busy, summed):
         axis.legend(fontsize=8)
     figure.suptitle(f"{Path(report.trace).name} on {report.cluster}")
     figure.tight_layout()
