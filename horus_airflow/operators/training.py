@@ -31,7 +31,8 @@ class HorusTrainingOperator(BaseOperator):
     :param precision: ``fp32`` or ``amp``.
     :param gpus: GPUs the job needs (all on one node).
     :param command: the user's own training command; ``model`` still describes it for prediction.
-    :param profile: placement profile name or YAML path; default ``HORUS_PROFILE`` or ``horus-paper``.
+    :param profile: placement profile: ``exclusive``, ``gandiva-pack``, ``binpack``, ``spread``, ``horus-paper``,
+        ``horus-ml`` (docs/PLACEMENT.md) or a YAML path; default ``HORUS_PROFILE`` or ``horus-paper``.
     :param placement_timeout: seconds to wait for a GPU before failing.
 
     Returns (XCom) the placement outcome: GPUs, predicted demand, reason and MLflow run id.
