@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import spearmanr
 
+from horus_airflow.features.gpus import gpu_spec
 from horus_airflow.interference.learned import LearnedInterference
 from horus_airflow.interference.pairs import design_matrix
 from horus_airflow.interference.proxy import SummedUtilization
@@ -61,7 +62,7 @@ def _predict(train: pd.DataFrame, test: pd.DataFrame) -> pd.DataFrame:
     out = test[["gpu_type", "family_a", "family_b", "speed_a", "fits"]].reset_index(drop=True)
     out["learned_speed"], out["learned_fits"] = speed, fits
     out["proxy_speed"] = proxy.speed_at((test["util_a"] + test["util_b"]).to_numpy(dtype=float))
-    memory = test["gpu_type"].map({"k80": 11441, "p100": 16280, "v100": 16160}).fillna(np.inf).to_numpy()
+    memory = test["gpu_type"].map(lambda name: gpu_spec(name).memory_mib).to_numpy(dtype=float)
     out["proxy_fits"] = (test["mem_a"] + test["mem_b"]).to_numpy(dtype=float) <= memory
     return out
 

@@ -87,13 +87,8 @@ def load_interference(settings: Settings) -> tuple[InterferenceModel, str]:
     found = versions.fetch_champion(settings, INTERFERENCE_MODEL)
     if isinstance(found, versions.NoChampion):
         return SummedUtilization(), f"summed-utilization default curve ({found.reason})"
-    if found.folder not in _LOADED:
-        _LOADED[found.folder] = _model_from_artifacts({p.name: p for p in (found.folder / "artifacts").iterdir()})
     label = found.label + (f" ({'; '.join(found.notes)})" if found.notes else "")
-    return _LOADED[found.folder], label
-
-
-_LOADED: dict[Path, LearnedInterference] = {}
+    return found.load(_model_from_artifacts), label
 
 
 def _model_from_artifacts(artifacts: dict[str, Path]) -> LearnedInterference:

@@ -100,17 +100,7 @@ def load_predictor(settings: Settings) -> Predictor:
     if isinstance(found, versions.NoChampion):
         log.info("using the analytic prior: %s", found.reason)
         return AnalyticPrior(notes=(f"analytic prior: {found.reason}",))
-    return TrainedPredictor(_load_cached(found.folder), found.label, notes=found.notes)
-
-
-_LOADED: dict[Path, UtilizationModel] = {}
-
-
-def _load_cached(folder: Path) -> UtilizationModel:
-    if folder not in _LOADED:
-        artifacts = folder / "artifacts"
-        _LOADED[folder] = _model_from_artifacts({p.name: p for p in artifacts.iterdir()})
-    return _LOADED[folder]
+    return TrainedPredictor(found.load(_model_from_artifacts), found.label, notes=found.notes)
 
 
 def _model_from_artifacts(artifacts: dict[str, Path]) -> UtilizationModel:

@@ -16,7 +16,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator, TypeVar
 
 import mlflow
 from mlflow.exceptions import MlflowException
@@ -26,6 +26,8 @@ from horus_airflow.registry.store import client
 from horus_airflow.settings import Settings
 
 log = logging.getLogger(__name__)
+
+Model = TypeVar("Model")
 
 CHAMPION, CHALLENGER = "champion", "challenger"
 # A missing tracking server should cost seconds, not MLflow's default minutes of retries.
@@ -45,6 +47,15 @@ class ChampionCopy:
     @property
     def label(self) -> str:
         return f"{self.name}/{self.version}"
+
+    def load(self, loader: Callable[[dict[str, Path]], Model]) -> Model:
+        """The model built from this copy's artifacts, once per process and version folder."""
+        if self.folder not in _LOADED:
+            _LOADED[self.folder] = loader({p.name: p for p in (self.folder / "artifacts").iterdir()})
+        return _LOADED[self.folder]  # type: ignore[return-value]
+
+
+_LOADED: dict[Path, object] = {}
 
 
 @dataclass(frozen=True)

@@ -149,13 +149,14 @@ def simulate(
     total = len(jobs)
 
     def advance(to: float) -> None:
+        """Integrate the rates of the last sample: they hold from one event to the next."""
         nonlocal now
         span = to - now
-        if span > 0:
-            busy = sum(1 for r in residents if r)
-            run.busy_gpu_s += busy * span
-            run.work_gpu_s += sum(r.speed * r.job.gpus for r in running.values()) * span
-            run.predicted_util_gpu_s += sum(min(100.0, u) for u in predicted_util) / 100.0 * span
+        if span > 0 and run.samples:
+            last, gpus = run.samples[-1], len(base)
+            run.busy_gpu_s += last.busy_fraction * gpus * span
+            run.work_gpu_s += last.work_rate * gpus * span
+            run.predicted_util_gpu_s += last.summed_util * gpus * span
         now = to
 
     def refresh(gpu_indices: set[int]) -> None:
