@@ -51,7 +51,7 @@ def main() -> None:
         print(f"horus-ml vs horus-paper: mean JCT {ml.avg_jct_s / paper.avg_jct_s - 1:+.1%}, mean slowdown "
               f"{ml.avg_slowdown:.2f} vs {paper.avg_slowdown:.2f}, p95 slowdown {ml.p95_slowdown:.2f} vs {paper.p95_slowdown:.2f}, "
               f"OOM {ml.oom_events} vs {paper.oom_events}")
-        results[name] = report.as_json()
+        results[name] = {**report.as_json(), "trace": f"data/traces/{trace}"}  # no path of this machine
         plot(report, args.out / f"{name}.png")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=2))
