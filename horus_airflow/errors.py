@@ -25,3 +25,15 @@ class LedgerConflictError(HorusError):
 
 class InvalidDemandError(HorusError):
     """A predicted demand that cannot be placed: NaN, infinite or negative."""
+
+
+class KubernetesApiError(HorusError):
+    """The Kubernetes API server kept failing (429, 5xx, timeouts) after every retry, or refused a call."""
+
+
+class KubernetesConfigError(HorusError):
+    """A kubeconfig or in-cluster configuration that does not work."""
+
+
+class BindingError(HorusError, ValueError):
+    """A binding mode that cannot express the placement (or an unknown mode)."""

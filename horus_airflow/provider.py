@@ -14,5 +14,13 @@ def get_provider_info() -> dict[str, Any]:
         "description": "Interference-aware GPU placement of deep-learning training tasks (after Horus, IEEE TPDS 2022).",
         "versions": [__version__],
         "integrations": [{"integration-name": "Horus", "tags": ["software"]}],
-        "operators": [{"integration-name": "Horus", "python-modules": ["horus_airflow.operators.training"]}],
+        "operators": [
+            {
+                "integration-name": "Horus",
+                "python-modules": ["horus_airflow.operators.training", "horus_airflow.operators.kubernetes"],
+            }
+        ],
+        "task-decorators": [
+            {"name": "horus_kubernetes", "class-name": "horus_airflow.decorators.kubernetes.horus_kubernetes_task"}
+        ],
     }

@@ -22,6 +22,7 @@ class Settings:
     local_gpus: str | None
     profile: str
     lease_seconds: float
+    kubernetes_namespace: str = "horus"
 
     @property
     def ledger_path(self) -> Path:
@@ -43,6 +44,7 @@ class Settings:
             local_gpus=env.get("HORUS_LOCAL_GPUS") or None,
             profile=env.get("HORUS_PROFILE") or "horus-paper",
             lease_seconds=float(env.get("HORUS_LEASE_SECONDS") or 300.0),
+            kubernetes_namespace=env.get("HORUS_K8S_NAMESPACE") or "horus",
         )
 
     @property

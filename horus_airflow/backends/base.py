@@ -42,18 +42,20 @@ def acquire(
     owner: str,
     timeout_s: float,
     interference: InterferenceModel | None = None,
+    state: ClusterState | None = None,
     poll_s: float = 2.0,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Acquired:
     """Place and reserve, re-deciding on ledger conflicts and waiting while the GPUs are busy.
 
-    A job that could not fit even on an idle cluster fails at once instead of waiting.
+    A job that could not fit even on an idle cluster fails at once instead of waiting. ``state`` is a
+    snapshot the caller already read, decided on first.
     """
     deadline = clock() + timeout_s
     conflicts = 0
     while True:
-        state = backend.snapshot()
+        state = state if state is not None else backend.snapshot()
         decision = place(demand, state, profile, interference)
         if decision.placed:
             try:
@@ -61,6 +63,7 @@ def acquire(
             except LedgerConflictError as exc:
                 conflicts += 1
                 log.info("ledger conflict (%s), deciding again", exc)
+                state = None
                 continue
         idle = ClusterState(tuple(replace(gpu, residents=()) for gpu in state.gpus), state.version)
         if not place(demand, idle, profile, interference).placed:
@@ -69,3 +72,4 @@ def acquire(
             raise NoPlacementError(f"job {demand.job_id} not placed within {timeout_s:.0f} s: {decision.reason}")
         log.info("waiting for a GPU: %s", decision.reason)
         sleep(poll_s)
+        state = None

@@ -78,7 +78,7 @@ class Decision:
     profile: str
     gpu_ids: tuple[str, ...]
     reason: str
-    state_version: int
+    state_version: int | str
     cost: float | None = None
     trace: _Trace | None = field(default=None, compare=False, repr=False)
 

@@ -83,10 +83,11 @@ class ClusterArrays:
 
 @dataclass(frozen=True)
 class ClusterState:
-    """A consistent snapshot; ``version`` is the ledger version it was read at (compare-and-swap)."""
+    """A consistent snapshot; ``version`` is the ledger version it was read at (compare-and-swap): SQLite's
+    counter, or a Kubernetes ``resourceVersion``, which is an opaque string."""
 
     gpus: tuple[GpuState, ...]
-    version: int = 0
+    version: int | str = 0
 
     @cached_property
     def arrays(self) -> ClusterArrays:
@@ -116,7 +117,7 @@ class ClusterState:
             node_busy=busy_per_node[node_index],
         )
 
-    def with_changes(self, changes: Mapping[int, GpuState], version: int | None = None) -> ClusterState:
+    def with_changes(self, changes: Mapping[int, GpuState], version: int | str | None = None) -> ClusterState:
         """The state with some GPUs (by position) replaced, updating the arrays instead of rebuilding them:
         what a simulator or a long-lived backend needs when one event touches a few GPUs."""
         gpus = list(self.gpus)
@@ -166,4 +167,5 @@ class ClusterState:
                 "\"gpu_type\", \"memory_mib\", optional \"index\", \"rack\", \"healthy\", \"residents\": [{\"job_id\", "
                 "\"util\", \"util_p90\", \"mem_mib\"}]}]}"
             ) from exc
-        return cls(gpus, int(raw.get("version", 0)))
+        version = raw.get("version", 0)
+        return cls(gpus, version if isinstance(version, str) else int(version))

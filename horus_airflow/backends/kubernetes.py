@@ -1,0 +1,454 @@
+"""Kubernetes backend: GPU inventory from node labels, a reservation ledger on the API server, and
+reconciliation against the pods that really run.
+
+- **Inventory.** Nodes labelled by NVIDIA GPU feature discovery (``nvidia.com/gpu.product``,
+  ``nvidia.com/gpu.count``, ``nvidia.com/gpu.memory``); a node offers ``min(count, allocatable
+  nvidia.com/gpu)`` GPUs. Cordoned or NotReady nodes stay in the state as unhealthy, so explanations say
+  why they were skipped. GPUs that pods outside Horus requested are shown as taken.
+- **Ledger.** One ConfigMap (``horus-ledger``), one key per reservation. Every write is a PUT carrying
+  the ``resourceVersion`` the placer decided on: a 409 means someone wrote in between, and the caller
+  re-reads and decides again.
+- **Reconciliation,** on every snapshot: a reservation lives while its pod (label
+  ``horus.ai/reservation``) is Pending or Running, or, before the pod exists, until its lease expires.
+  A pod Pending past its deadline is deleted and its reservation dropped. A running Horus pod whose
+  reservation is missing (the ledger was lost) is adopted back from its annotation.
+
+API calls that fail with 429, 5xx or a timeout are retried with exponential backoff, then raise
+:class:`KubernetesApiError`. The caller passes the time in: nothing here reads the clock on its own.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import uuid
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Callable, Mapping
+
+import urllib3
+from kubernetes import client as kube_client
+from kubernetes import config as kube_config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+from horus_airflow.backends.binding import GPU_RESOURCE
+from horus_airflow.backends.ledger import Booking, Reservation
+from horus_airflow.errors import KubernetesApiError, KubernetesConfigError, LedgerConflictError
+from horus_airflow.features.gpus import gpu_type_from_nvml
+from horus_airflow.placement import ClusterState, Decision, GpuState, Resident
+from horus_airflow.predictor.demand import Demand
+
+log = logging.getLogger(__name__)
+
+PRODUCT_LABEL = "nvidia.com/gpu.product"
+COUNT_LABEL = "nvidia.com/gpu.count"
+MEMORY_LABEL = "nvidia.com/gpu.memory"
+ZONE_LABEL = "topology.kubernetes.io/zone"
+RESERVATION_LABEL = "horus.ai/reservation"
+BOOKING_ANNOTATION = "horus.ai/booking"
+_RETRYABLE = {429, 500, 502, 503, 504}
+_LIVE = {"Pending", "Running"}
+
+
+@dataclass(frozen=True)
+class KubernetesOptions:
+    """Where the ledger lives (one namespace for the whole cluster: the pods may run in any) and how hard
+    to try the API server."""
+
+    namespace: str = "horus"
+    ledger_name: str = "horus-ledger"
+    lease_s: float = 300.0
+    pending_deadline_s: float = 600.0
+    request_timeout_s: float = 10.0
+    attempts: int = 5
+    backoff_s: float = 0.2
+    max_backoff_s: float = 5.0
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One reservation as stored in the ledger and, for adoption after a restart, on its pod."""
+
+    reservation_id: str
+    job_id: str
+    owner: str
+    created_at: float
+    lease_expires_at: float
+    pending_deadline: float
+    bookings: tuple[Booking, ...]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> LedgerEntry:
+        raw = json.loads(text)
+        bookings = tuple(
+            Booking(b["gpu_id"], float(b["util"]), float(b["util_p90"]), float(b["mem_mib"]), tuple(b.get("signature", ())))
+            for b in raw["bookings"]
+        )
+        return cls(
+            raw["reservation_id"], raw["job_id"], raw["owner"], float(raw["created_at"]),
+            float(raw["lease_expires_at"]), float(raw["pending_deadline"]), bookings,
+        )
+
+    @property
+    def reservation(self) -> Reservation:
+        return Reservation(self.reservation_id, self.job_id, self.owner, tuple(b.gpu_id for b in self.bookings), self.lease_expires_at)
+
+
+@dataclass(frozen=True)
+class PodView:
+    """What reconciliation needs of a pod."""
+
+    namespace: str
+    name: str
+    phase: str
+    node: str
+    reservation_id: str | None
+    deleting: bool
+    gpu_request: int
+    booking: str | None
+
+    @property
+    def live(self) -> bool:
+        return self.phase in _LIVE and not self.deleting
+
+    @classmethod
+    def from_api(cls, raw: Mapping[str, Any]) -> PodView:
+        meta, spec, status = raw.get("metadata", {}), raw.get("spec", {}), raw.get("status", {}) or {}
+        requested = 0
+        for container in spec.get("containers", []):
+            resources = container.get("resources") or {}
+            amount = (resources.get("limits") or {}).get(GPU_RESOURCE) or (resources.get("requests") or {}).get(GPU_RESOURCE)
+            requested += int(amount or 0)
+        return cls(
+            meta.get("namespace", ""), meta.get("name", ""), status.get("phase", "Pending"), spec.get("nodeName", ""),
+            (meta.get("labels") or {}).get(RESERVATION_LABEL), bool(meta.get("deletionTimestamp")), requested,
+            (meta.get("annotations") or {}).get(BOOKING_ANNOTATION),
+        )
+
+
+@dataclass(frozen=True)
+class Reconciled:
+    """The ledger as it should be, and what changed: reasons per dropped reservation, adopted ones,
+    pods to delete because they sat Pending past their deadline."""
+
+    entries: dict[str, LedgerEntry]
+    dropped: dict[str, str] = field(default_factory=dict)
+    adopted: tuple[str, ...] = ()
+    stuck: tuple[PodView, ...] = ()
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.dropped or self.adopted)
+
+
+def reconcile(entries: Mapping[str, LedgerEntry], pods: Mapping[str, PodView], now: float) -> Reconciled:
+    """Which reservations still hold GPUs, given the Horus pods by reservation id. Pure."""
+    kept: dict[str, LedgerEntry] = {}
+    dropped: dict[str, str] = {}
+    stuck: list[PodView] = []
+    for rid, entry in entries.items():
+        pod = pods.get(rid)
+        if pod is None:
+            if now < entry.lease_expires_at:
+                kept[rid] = entry
+            else:
+                dropped[rid] = "no pod and its lease expired"
+        elif not pod.live:
+            dropped[rid] = f"pod {pod.name} is {'being deleted' if pod.deleting else pod.phase}"
+        elif pod.phase == "Pending" and now > entry.pending_deadline:
+            dropped[rid] = f"pod {pod.name} Pending past its deadline"
+            stuck.append(pod)
+        else:
+            kept[rid] = entry
+    adopted = []
+    for rid, pod in pods.items():
+        if rid not in entries and pod.live and pod.booking:
+            try:
+                kept[rid] = LedgerEntry.from_json(pod.booking)
+                adopted.append(rid)
+            except (ValueError, KeyError, TypeError) as exc:
+                log.warning("pod %s/%s has an unreadable %s annotation (%s); not adopted", pod.namespace, pod.name, BOOKING_ANNOTATION, exc)
+    return Reconciled(kept, dropped, tuple(adopted), tuple(stuck))
+
+
+def node_gpus(node: Mapping[str, Any]) -> list[GpuState]:
+    """The GPUs GPU feature discovery labelled on a node; [] for a node without (known) GPUs."""
+    meta, spec, status = node.get("metadata", {}), node.get("spec", {}) or {}, node.get("status", {}) or {}
+    labels, name = meta.get("labels") or {}, meta.get("name", "")
+    product = labels.get(PRODUCT_LABEL)
+    if not product:
+        return []
+    try:
+        labelled = int(labels.get(COUNT_LABEL, "0"))
+        memory_mib = float(labels.get(MEMORY_LABEL, "0"))
+        allocatable = int((status.get("allocatable") or {}).get(GPU_RESOURCE, labelled))
+    except ValueError:
+        log.warning("node %s has GPU labels that are not numbers; left out", name)
+        return []
+    gpu_type = gpu_type_from_nvml(product.replace("-", " "), int(memory_mib))
+    if gpu_type is None:
+        log.warning("node %s: GPU %r is not in the spec table; left out of placement", name, product)
+        return []
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    healthy = ready and not spec.get("unschedulable", False)
+    rack = labels.get(ZONE_LABEL, "")
+    return [
+        GpuState(f"{name}/{i}", name, i, gpu_type, memory_mib, healthy=healthy, rack=rack)
+        for i in range(min(labelled, allocatable))
+    ]
+
+
+def api_from_kubeconfig(path: str | None = None, context: str | None = None) -> kube_client.CoreV1Api:
+    """A CoreV1Api from a kubeconfig (or the in-cluster service account when ``path`` is None and one
+    exists); a configuration that does not work raises :class:`KubernetesConfigError` in one line."""
+    try:
+        if path is None and kube_config.incluster_config.SERVICE_HOST_ENV_NAME in os.environ:
+            kube_config.load_incluster_config()
+            return kube_client.CoreV1Api()
+        return kube_client.CoreV1Api(kube_config.new_client_from_config(config_file=path, context=context))
+    except (ConfigException, OSError, ValueError, TypeError) as exc:
+        where = path or "the default kubeconfig"
+        raise KubernetesConfigError(f"kubeconfig {where} does not work: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+
+
+class _Api:
+    """Calls with a timeout, retries with backoff on 429/5xx/timeouts, raw JSON answers."""
+
+    def __init__(self, options: KubernetesOptions, sleep: Callable[[float], None], host: str) -> None:
+        self.options = options
+        self.sleep = sleep
+        self.host = host
+        self.retries = 0
+
+    def call(self, what: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        options = self.options
+        last = ""
+        for attempt in range(options.attempts):
+            try:
+                response = method(*args, _request_timeout=options.request_timeout_s, _preload_content=False, **kwargs)
+                data = response.data
+                return json.loads(data) if data else None
+            except ApiException as exc:
+                if exc.status not in _RETRYABLE:
+                    raise
+                last = f"{exc.status} {exc.reason}"
+            except (urllib3.exceptions.HTTPError, TimeoutError, ConnectionError) as exc:
+                last = type(exc).__name__
+            if attempt + 1 < options.attempts:
+                self.retries += 1
+                self.sleep(min(options.max_backoff_s, options.backoff_s * 2**attempt))
+        raise KubernetesApiError(f"Kubernetes API at {self.host}: {what} failed {options.attempts} times, last with {last}")
+
+
+@dataclass(frozen=True)
+class _LedgerRead:
+    version: str
+    data: dict[str, str]
+    entries: dict[str, LedgerEntry]
+
+
+class KubernetesBackend:
+    """Snapshot, reserve and release against the API server. ``clock`` is wall time: leases are shared
+    by every worker."""
+
+    def __init__(
+        self,
+        api: kube_client.CoreV1Api,
+        options: KubernetesOptions | None = None,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.core = api
+        self.options = options or KubernetesOptions()
+        self.clock = clock
+        self._api = _Api(self.options, sleep, api.api_client.configuration.host)
+        self._gpus: dict[str, GpuState] = {}
+        self._written: dict[str, LedgerEntry] = {}
+
+    @property
+    def retries(self) -> int:
+        """API calls retried so far (429, 5xx, timeouts)."""
+        return self._api.retries
+
+    # --- reading ---------------------------------------------------------------------------------
+    def snapshot(self) -> ClusterState:
+        """The GPUs, who holds them, and the ledger version this was read at; reconciles on the way."""
+        for _ in range(self.options.attempts):
+            nodes = self._api.call("list nodes", self.core.list_node, label_selector=PRODUCT_LABEL)
+            horus_pods = self._api.call("list Horus pods", self.core.list_pod_for_all_namespaces, label_selector=RESERVATION_LABEL)
+            live_pods = self._api.call(
+                "list running pods", self.core.list_pod_for_all_namespaces,
+                field_selector="status.phase!=Succeeded,status.phase!=Failed",
+            )
+            ledger = self._read_ledger()
+            pods = {p.reservation_id: p for p in map(PodView.from_api, horus_pods["items"]) if p.reservation_id}
+            result = reconcile(ledger.entries, pods, self.clock())
+            version = ledger.version
+            if result.changed:
+                data = {k: v for k, v in ledger.data.items() if k not in result.dropped}
+                data.update({rid: result.entries[rid].to_json() for rid in result.adopted})
+                try:
+                    version = self._write_ledger(ledger.version, data)
+                except LedgerConflictError:
+                    continue
+                for rid, why in result.dropped.items():
+                    log.info("reservation %s released by reconciliation: %s", rid, why)
+                for rid in result.adopted:
+                    log.info("reservation %s rebuilt from its running pod", rid)
+            for pod in result.stuck:
+                self._delete_pod(pod.namespace, pod.name)
+            foreign = [p for p in map(PodView.from_api, live_pods["items"]) if p.reservation_id is None and p.gpu_request and p.node]
+            return self._state(nodes["items"], result.entries, foreign, version)
+        raise LedgerConflictError("the ledger kept changing while it was being reconciled")
+
+    def _state(
+        self, nodes: list[dict[str, Any]], entries: Mapping[str, LedgerEntry], foreign: list[PodView], version: str
+    ) -> ClusterState:
+        gpus = [gpu for node in nodes for gpu in node_gpus(node)]
+        self._gpus = {g.gpu_id: g for g in gpus}
+        residents: dict[str, list[Resident]] = {}
+        for entry in sorted(entries.values(), key=lambda e: e.created_at):
+            for b in entry.bookings:
+                residents.setdefault(b.gpu_id, []).append(Resident(entry.job_id, b.util, b.util_p90, b.mem_mib, b.signature))
+        taken_by_node: dict[str, int] = {}
+        for pod in foreign:
+            taken_by_node[pod.node] = taken_by_node.get(pod.node, 0) + pod.gpu_request
+        states = []
+        for gpu in reversed(gpus):  # GPUs held by pods outside Horus: which ones is not visible, so the last free ones
+            own = residents.get(gpu.gpu_id, [])
+            if taken_by_node.get(gpu.node, 0) > 0 and not own:
+                taken_by_node[gpu.node] -= 1
+                own = [Resident(f"external:{gpu.node}", 100.0, 100.0, gpu.memory_mib)]
+            states.append(replace(gpu, residents=tuple(own)))
+        return ClusterState(tuple(reversed(states)), version)
+
+    def _read_ledger(self) -> _LedgerRead:
+        namespace, name = self.options.namespace, self.options.ledger_name
+        try:
+            raw = self._api.call("read the ledger", self.core.read_namespaced_config_map, name, namespace)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise KubernetesApiError(f"Kubernetes API: reading ConfigMap {namespace}/{name} refused: {exc.status} {exc.reason}") from None
+            raw = self._create_ledger()
+        data = dict(raw.get("data") or {})
+        entries = {}
+        for key, value in data.items():
+            try:
+                entries[key] = LedgerEntry.from_json(value)
+            except (ValueError, KeyError, TypeError) as exc:
+                log.warning("ledger key %s is unreadable (%s); kept as it is and not counted", key, exc)
+        return _LedgerRead(raw["metadata"]["resourceVersion"], data, entries)
+
+    def _create_ledger(self) -> dict[str, Any]:
+        namespace, name = self.options.namespace, self.options.ledger_name
+        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": {"app.kubernetes.io/part-of": "horus"}}, "data": {}}
+        try:
+            return self._api.call("create the ledger", self.core.create_namespaced_config_map, namespace, body)
+        except ApiException as exc:
+            if exc.status == 409:  # another worker created it first
+                return self._api.call("read the ledger", self.core.read_namespaced_config_map, name, namespace)
+            raise KubernetesApiError(f"Kubernetes API: creating ConfigMap {namespace}/{name} refused: {exc.status} {exc.reason}") from None
+
+    def _write_ledger(self, version: str, data: Mapping[str, str]) -> str:
+        namespace, name = self.options.namespace, self.options.ledger_name
+        body = {
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": namespace, "resourceVersion": version, "labels": {"app.kubernetes.io/part-of": "horus"}},
+            "data": dict(data),
+        }
+        try:
+            answer = self._api.call("write the ledger", self.core.replace_namespaced_config_map, name, namespace, body)
+        except ApiException as exc:
+            if exc.status == 409:
+                raise LedgerConflictError(f"ledger changed since resourceVersion {version}") from None
+            raise KubernetesApiError(f"Kubernetes API: writing ConfigMap {namespace}/{name} refused: {exc.status} {exc.reason}") from None
+        return answer["metadata"]["resourceVersion"]
+
+    def _delete_pod(self, namespace: str, name: str) -> None:
+        try:
+            self._api.call("delete a pod stuck Pending", self.core.delete_namespaced_pod, name, namespace)
+            log.warning("deleted pod %s/%s: Pending past its deadline", namespace, name)
+        except (ApiException, KubernetesApiError) as exc:
+            log.warning("could not delete pod %s/%s stuck Pending: %s", namespace, name, exc)
+
+    # --- writing ---------------------------------------------------------------------------------
+    def entry(self, decision: Decision, demand: Demand, owner: str) -> LedgerEntry:
+        """The ledger entry a decision would write (also the pod's booking annotation)."""
+        now = self.clock()
+        bookings = []
+        for gpu_id in decision.gpu_ids:
+            need = demand.on(self._gpus[gpu_id].gpu_type)
+            bookings.append(Booking(gpu_id, need.util, need.util_p90, need.mem_mib, demand.signature))
+        return LedgerEntry(
+            uuid.uuid4().hex, demand.job_id, owner, now, now + self.options.lease_s,
+            now + self.options.pending_deadline_s, tuple(bookings),
+        )
+
+    def reserve(self, decision: Decision, demand: Demand, owner: str) -> Reservation:
+        entry = self.write_entry(self.entry(decision, demand, owner), str(decision.state_version))
+        self._written[entry.reservation_id] = entry
+        return entry.reservation
+
+    def entry_of(self, reservation: Reservation) -> LedgerEntry:
+        """The full entry behind a reservation this backend wrote (for the pod's booking annotation)."""
+        return self._written[reservation.reservation_id]
+
+    def write_entry(self, entry: LedgerEntry, expected_version: str) -> LedgerEntry:
+        """Book at ``expected_version`` or raise LedgerConflictError. An owner that already holds a live
+        reservation (a worker that restarted and re-attaches to its pod) gets that one back."""
+        ledger = self._read_ledger()
+        held = next((e for e in ledger.entries.values() if e.owner == entry.owner), None)
+        if held is not None:
+            log.info("owner %s already holds reservation %s; reusing it", entry.owner, held.reservation_id)
+            return held
+        if ledger.version != expected_version:
+            raise LedgerConflictError(f"ledger at resourceVersion {ledger.version}, decision made at {expected_version}")
+        try:
+            self._write_ledger(expected_version, {**ledger.data, entry.reservation_id: entry.to_json()})
+        except LedgerConflictError:
+            # A write that timed out may have landed before the retry saw 409: check before re-deciding.
+            if entry.reservation_id in self._read_ledger().data:
+                return entry
+            raise
+        except KubernetesApiError:
+            self._forget(entry.reservation_id)
+            raise
+        return entry
+
+    def _forget(self, reservation_id: str) -> None:
+        """After a failed write whose outcome is unknown: make sure it did not land."""
+        try:
+            self._remove(lambda rid, _entry: rid == reservation_id)
+        except (KubernetesApiError, LedgerConflictError) as exc:
+            log.warning("reservation %s may be left in the ledger until its lease expires: %s", reservation_id, exc)
+
+    def release(self, reservation: Reservation) -> bool:
+        """Idempotent: True if this call removed the reservation."""
+        return self._remove(lambda rid, _entry: rid == reservation.reservation_id) > 0
+
+    def release_owner(self, owner: str) -> int:
+        """Release every reservation of an owner (a task instance); idempotent."""
+        return self._remove(lambda _rid, entry: entry is not None and entry.owner == owner)
+
+    def _remove(self, match: Callable[[str, LedgerEntry | None], bool]) -> int:
+        for _ in range(self.options.attempts * 4):
+            ledger = self._read_ledger()
+            gone = [rid for rid in ledger.data if match(rid, ledger.entries.get(rid))]
+            if not gone:
+                return 0
+            try:
+                self._write_ledger(ledger.version, {k: v for k, v in ledger.data.items() if k not in gone})
+            except LedgerConflictError:
+                continue
+            return len(gone)
+        raise LedgerConflictError("the ledger kept changing; the release will be done by reconciliation")
+
+    def active(self) -> dict[str, LedgerEntry]:
+        """The reservations in the ledger now (no reconciliation)."""
+        return self._read_ledger().entries
+

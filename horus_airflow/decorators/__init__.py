@@ -1,0 +1,1 @@
+"""TaskFlow decorators: ``@task.horus_kubernetes``."""

@@ -1,0 +1,276 @@
+"""HorusKubernetesPodOperator: a KubernetesPodOperator whose pod lands on the GPUs the placer chooses."""
+
+from __future__ import annotations
+
+import json
+import logging
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Sequence
+
+from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+from airflow.sdk import Context
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
+from kubernetes.client import models as k8s
+from kubernetes.client.exceptions import ApiException
+
+from horus_airflow.backends import acquire
+from horus_airflow.backends.binding import BINDINGS, GpuTarget, binding
+from horus_airflow.backends.kubernetes import (
+    BOOKING_ANNOTATION,
+    RESERVATION_LABEL,
+    KubernetesBackend,
+    KubernetesOptions,
+    LedgerEntry,
+)
+from horus_airflow.errors import BindingError, HorusError, InvalidJobError, InventoryError
+from horus_airflow.jobs import JobSpec
+from horus_airflow.pipeline import predict_demand
+from horus_airflow.placement import ClusterState, Decision, GpuState, load_profile, place
+from horus_airflow.predictor import Demand
+from horus_airflow.registry import load_interference
+from horus_airflow.settings import Settings
+
+log = logging.getLogger(__name__)
+
+XCOM_KEY = "horus_placement"
+_PENDING_MARGIN_S = 60.0
+
+
+def _owner(context: Context) -> str:
+    """The ledger owner of a task instance: the same across retries and re-attaches, so a worker that
+    restarts gets its booking back instead of booking twice."""
+    ti = context["ti"]
+    return f"{ti.dag_id}/{ti.task_id}/{ti.run_id}/{ti.map_index}"
+
+
+class HorusKubernetesPodOperator(KubernetesPodOperator):
+    """Everything ``KubernetesPodOperator`` does (image, cmds, env, volumes, ``pod_template_file``,
+    ``full_pod_spec``, ``on_finish_action``, ``deferrable=True``), plus: predict the job's GPU demand from
+    its model graph, place it with a profile, book the GPUs in the cluster's ledger, and bind the pod to
+    them. Placement happens in :meth:`build_pod_request_obj`, so it works in deferrable mode too.
+
+    The demand, the placement and its explanation go into the pod's annotations (``horus.ai/*``) and the
+    XCom ``horus_placement``. The booking is released when the task ends, fails, is killed or cleared, and
+    a pod still Pending at the end is deleted; reconciliation is the safety net for a worker that died.
+
+    :param model: catalog model name, ``path/to/file.py:factory`` (give ``dataset``) or ``model.onnx``:
+        what the pod trains, for prediction. The pod runs ``image``/``cmds`` as usual.
+    :param batch_size: training batch size.
+    :param dataset: dataset whose input shape the job trains on; default: the model's own.
+    :param seq_len: sequence length for text and translation datasets.
+    :param precision: ``fp32`` or ``amp``.
+    :param gpus: GPUs the pod needs (one node).
+    :param profile: placement profile (docs/PLACEMENT.md) or a YAML path; default ``HORUS_PROFILE``.
+    :param binding: ``visible-devices`` (default), ``hybrid`` or ``device-plugin`` (docs/KUBERNETES.md).
+    :param placement_timeout: seconds to wait for free GPUs before failing.
+    :param dry_run_state: a cluster-state JSON (docs/PLACEMENT.md) to place against in ``dry_run()``,
+        which reads no cluster; without it a dry run builds the pod unplaced.
+    """
+
+    template_fields: Sequence[str] = (*KubernetesPodOperator.template_fields, "model", "dataset", "precision", "profile", "binding")
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        batch_size: int,
+        dataset: str | None = None,
+        seq_len: int | None = None,
+        precision: str = "fp32",
+        gpus: int = 1,
+        profile: str | None = None,
+        binding: str = "visible-devices",
+        placement_timeout: float = 600.0,
+        dry_run_state: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if binding not in BINDINGS and "{{" not in binding:
+            raise BindingError(f"unknown binding mode {binding!r}; accepted: {', '.join(BINDINGS)}")
+        self.model = model
+        self.batch_size = batch_size
+        self.dataset = dataset
+        self.seq_len = seq_len
+        self.precision = precision
+        self.gpus = gpus
+        self.profile = profile
+        self.binding = binding
+        self.placement_timeout = placement_timeout
+        self.dry_run_state = dry_run_state
+        self._owner: str | None = None
+
+    # --- placement -------------------------------------------------------------------------------
+    def build_pod_request_obj(self, context: Context | None = None, *, dry_run: bool = False) -> k8s.V1Pod:
+        pod = super().build_pod_request_obj(context, dry_run=dry_run)
+        try:
+            spec = self._job_spec()
+            if dry_run:
+                return self._place_dry(pod, spec)
+            if context is None:
+                raise AirflowException("Horus places a pod only inside a task run or a dry run")
+            return self._place(pod, spec, context)
+        except (InvalidJobError, InventoryError, BindingError) as exc:
+            raise AirflowFailException(str(exc)) from exc
+        except HorusError as exc:
+            raise AirflowException(str(exc)) from exc
+
+    def _job_spec(self) -> JobSpec:
+        return JobSpec(
+            model=self.model, batch_size=self.batch_size, dataset=self.dataset, seq_len=self.seq_len,
+            precision=self.precision, gpus=self.gpus, name=self.task_id,
+        )
+
+    @cached_property
+    def _settings(self) -> Settings:
+        return Settings.from_env()
+
+    @cached_property
+    def _backend(self) -> KubernetesBackend:
+        settings = self._settings
+        pending = float(self.startup_timeout_seconds) + float(self.schedule_timeout_seconds or 0) + _PENDING_MARGIN_S
+        options = KubernetesOptions(
+            namespace=settings.kubernetes_namespace, lease_s=settings.lease_seconds, pending_deadline_s=pending
+        )
+        return KubernetesBackend(self.client, options)
+
+    def _place(self, pod: k8s.V1Pod, spec: JobSpec, context: Context) -> k8s.V1Pod:
+        ti = context["ti"]
+        self._owner = _owner(context)
+        backend, settings = self._backend, self._settings
+        first = backend.snapshot()
+        if not first.gpus:
+            raise AirflowException(
+                "no GPU nodes found: Horus reads nodes labelled nvidia.com/gpu.product, nvidia.com/gpu.count and "
+                "nvidia.com/gpu.memory by NVIDIA GPU feature discovery (docs/KUBERNETES.md)"
+            )
+        _features, demand = predict_demand(spec, pod.metadata.name, sorted({g.gpu_type for g in first.gpus}), settings)
+        interference, interference_label = load_interference(settings)
+        profile = load_profile(self.profile or settings.profile)
+        acquired = acquire(backend, demand, profile, self._owner, self.placement_timeout, interference, state=first)
+        try:
+            entry = backend.entry_of(acquired.reservation)
+            placed = self._placed_gpus(entry, acquired.state)
+            target = GpuTarget(placed[0].node, tuple(g.index for g in placed), any(r.job_id != entry.job_id for g in placed for r in g.residents))
+            binding(self.binding).apply(pod, target, self.base_container_name)
+            pod.metadata.labels[RESERVATION_LABEL] = entry.reservation_id
+            annotations = self._annotations(acquired.decision, demand, placed, interference_label)
+            annotations[BOOKING_ANNOTATION] = entry.to_json()
+            pod.metadata.annotations = {**(pod.metadata.annotations or {}), **annotations}
+            outcome = self._outcome(acquired.decision, demand, placed, entry.reservation_id, acquired.conflicts)
+            ti.xcom_push(key=XCOM_KEY, value=outcome)
+        except BaseException:
+            backend.release(acquired.reservation)
+            raise
+        log.info("placed %s on %s (%s binding): %s", pod.metadata.name, ",".join(g.gpu_id for g in placed), self.binding, acquired.decision.reason)
+        return pod
+
+    @staticmethod
+    def _placed_gpus(entry: LedgerEntry, state: ClusterState) -> list[GpuState]:
+        by_id = {g.gpu_id: g for g in state.gpus}
+        placed = [by_id[b.gpu_id] for b in entry.bookings]
+        if len({g.node for g in placed}) != 1:
+            raise BindingError(
+                f"a pod runs on one node, but the placement spans {sorted({g.node for g in placed})}; use a profile whose "
+                "locality keeps max_nodes at 1"
+            )
+        return placed
+
+    def _place_dry(self, pod: k8s.V1Pod, spec: JobSpec) -> k8s.V1Pod:
+        if not self.dry_run_state:
+            pod.metadata.annotations = {**(pod.metadata.annotations or {}), "horus.ai/placement-reason": "dry run without dry_run_state: not placed"}
+            return pod
+        state = ClusterState.from_dict(json.loads(Path(self.dry_run_state).read_text()))
+        settings = self._settings
+        _features, demand = predict_demand(spec, pod.metadata.name, sorted({g.gpu_type for g in state.gpus}), settings)
+        interference, interference_label = load_interference(settings)
+        decision = place(demand, state, load_profile(self.profile or settings.profile), interference)
+        if not decision.placed:
+            raise AirflowException(f"dry run: {decision.reason}")
+        by_id = {g.gpu_id: g for g in state.gpus}
+        placed = [by_id[g] for g in decision.gpu_ids]
+        target = GpuTarget(placed[0].node, tuple(g.index for g in placed), any(g.residents for g in placed))
+        binding(self.binding).apply(pod, target, self.base_container_name)
+        pod.metadata.annotations = {**(pod.metadata.annotations or {}), **self._annotations(decision, demand, placed, interference_label)}
+        return pod
+
+    def _annotations(self, decision: Decision, demand: Demand, placed: list[GpuState], interference: str) -> dict[str, str]:
+        need = demand.on(placed[0].gpu_type)
+        return {
+            **decision.annotations(),
+            "horus.ai/binding": self.binding,
+            "horus.ai/predictor": demand.predictor,
+            "horus.ai/interference": interference,
+            "horus.ai/predicted-util": f"{need.util:.1f}",
+            "horus.ai/predicted-util-p90": f"{need.util_p90:.1f}",
+            "horus.ai/predicted-mem-mib": f"{need.mem_mib:.0f}",
+        }
+
+    def _outcome(self, decision: Decision, demand: Demand, placed: list[GpuState], reservation_id: str, conflicts: int) -> dict[str, Any]:
+        need = demand.on(placed[0].gpu_type)
+        return {
+            "job_id": demand.job_id,
+            "reservation_id": reservation_id,
+            "node": placed[0].node,
+            "gpu_ids": [g.gpu_id for g in placed],
+            "gpu_indices": [g.index for g in placed],
+            "gpu_type": placed[0].gpu_type,
+            "binding": self.binding,
+            "predicted": {"util": need.util, "util_p90": need.util_p90, "mem_mib": need.mem_mib},
+            "predictor": demand.predictor,
+            "confidence": demand.confidence,
+            "reason": decision.reason,
+            "ledger_conflicts": conflicts,
+            "explanation": decision.to_dict(top=5),
+        }
+
+    # --- release, whatever happens ----------------------------------------------------------------
+    def _release(self, remote_pod: k8s.V1Pod | None = None) -> None:
+        if self._owner is None:
+            return
+        backend = self._backend
+        if remote_pod is not None and remote_pod.status is not None and remote_pod.status.phase == "Pending":
+            try:
+                self.client.delete_namespaced_pod(remote_pod.metadata.name, remote_pod.metadata.namespace)
+                log.warning("deleted pod %s: still Pending when the task ended", remote_pod.metadata.name)
+            except ApiException as exc:
+                if exc.status != 404:
+                    log.warning("could not delete Pending pod %s: %s %s", remote_pod.metadata.name, exc.status, exc.reason)
+        try:
+            released = backend.release_owner(self._owner)
+            log.info("released %d GPU reservation(s) of %s", released, self._owner)
+        except HorusError as exc:
+            log.warning("release of %s's reservation failed (%s); reconciliation will drop it once its pod is gone", self._owner, exc)
+
+    def post_complete_action(self, *, pod: k8s.V1Pod, remote_pod: k8s.V1Pod, context: Context, result: dict | None, **kwargs: Any) -> None:
+        try:
+            super().post_complete_action(pod=pod, remote_pod=remote_pod, context=context, result=result, **kwargs)
+        finally:
+            self._release(remote_pod)
+
+    def execute_async(self, context: Context) -> None:
+        try:
+            super().execute_async(context)
+        except TaskDeferred:
+            raise
+        except BaseException:
+            self._release(self.pod)
+            raise
+
+    def trigger_reentry(self, context: Context, event: dict[str, Any]) -> Any:
+        self._owner = _owner(context)
+        try:
+            result = super().trigger_reentry(context, event)
+        except TaskDeferred:
+            raise
+        except BaseException:
+            self._release()
+            raise
+        self._release()
+        return result
+
+    def on_kill(self) -> None:
+        try:
+            super().on_kill()
+        finally:
+            self._release()

@@ -1,0 +1,214 @@
+"""HorusKubernetesPodOperator: pods built by ``build_pod_request_obj`` for each binding mode, and whole
+task runs through real Airflow (``dag.test()``) against the Kubernetes API TEST DOUBLE."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from kubernetes.client import models as k8s
+
+from horus_airflow.backends.kubernetes import BOOKING_ANNOTATION, RESERVATION_LABEL
+from horus_airflow.placement import ClusterState, GpuState, Resident
+from horus_airflow.operators.kubernetes import HorusKubernetesPodOperator
+from tests.conftest import DAGS_FOLDER
+from tests.kube_double import FakeKubeApi, Lifecycle, gpu_node
+
+
+def _state_file(tmp_path: Path, busy: bool) -> str:
+    """Two A100 nodes; with ``busy`` every GPU but n2/1 holds a heavy job and n2/1 a light one, so any
+    placement shares a GPU."""
+    gpus = []
+    for node in ("n1", "n2"):
+        for i in range(2):
+            residents = ()
+            if busy:
+                light = node == "n2" and i == 1
+                residents = (Resident("light" if light else "heavy", 20.0 if light else 95.0, 25.0, 4000.0 if light else 70_000.0),)
+            gpus.append(GpuState(f"{node}/{i}", node, i, "a100-80gb", 81920.0, residents))
+    path = tmp_path / f"state-{busy}.json"
+    path.write_text(json.dumps(ClusterState(tuple(gpus), 7).to_dict()))
+    return str(path)
+
+
+def _operator(tmp_path: Path, binding: str, busy: bool, **kwargs) -> HorusKubernetesPodOperator:  # type: ignore[no-untyped-def]
+    return HorusKubernetesPodOperator(
+        task_id=f"t_{binding.replace('-', '_')}", model="resnet18", batch_size=32, image="trainer:1", binding=binding,
+        dry_run_state=_state_file(tmp_path, busy), profile="horus-paper", **kwargs,
+    )
+
+
+def _env(pod: k8s.V1Pod) -> dict[str, str]:
+    return {e.name: e.value for e in pod.spec.containers[0].env or []}
+
+
+def _hostname_terms(pod: k8s.V1Pod) -> list[list[tuple[str, str, list[str]]]]:
+    required = pod.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution
+    return [[(e.key, e.operator, e.values) for e in t.match_expressions] for t in required.node_selector_terms]
+
+
+@pytest.mark.parametrize("deferrable", [False, True])
+def test_visible_devices_pins_node_and_gpu_indices(tmp_path: Path, deferrable: bool) -> None:
+    pod = _operator(tmp_path, "visible-devices", busy=True, deferrable=deferrable).build_pod_request_obj(dry_run=True)
+    assert _hostname_terms(pod) == [[("kubernetes.io/hostname", "In", ["n2"])]]
+    assert _env(pod)["NVIDIA_VISIBLE_DEVICES"] == "1"
+    assert not (pod.spec.containers[0].resources and pod.spec.containers[0].resources.limits)
+    annotations = pod.metadata.annotations
+    assert annotations["horus.ai/gpu-ids"] == "n2/1" and annotations["horus.ai/binding"] == "visible-devices"
+    assert float(annotations["horus.ai/predicted-util"]) > 0
+    assert json.loads(annotations["horus.ai/explanation"])["candidates"]
+
+
+def test_hybrid_requests_a_gpu_when_alone_and_pins_when_shared(tmp_path: Path) -> None:
+    alone = _operator(tmp_path, "hybrid", busy=False).build_pod_request_obj(dry_run=True)
+    assert alone.spec.containers[0].resources.limits == {"nvidia.com/gpu": "1"}
+    assert "NVIDIA_VISIBLE_DEVICES" not in _env(alone)
+    assert _hostname_terms(alone)[0][0][2] in (["n1"], ["n2"])
+    shared = _operator(tmp_path, "hybrid", busy=True).build_pod_request_obj(dry_run=True)
+    assert _env(shared)["NVIDIA_VISIBLE_DEVICES"] == "1"
+    assert not shared.spec.containers[0].resources.limits
+
+
+def test_device_plugin_requests_gpus_and_refuses_to_share(tmp_path: Path) -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    alone = _operator(tmp_path, "device-plugin", busy=False, container_resources=k8s.V1ResourceRequirements(limits={"memory": "8Gi"})).build_pod_request_obj(dry_run=True)
+    assert alone.spec.containers[0].resources.limits == {"memory": "8Gi", "nvidia.com/gpu": "1"}
+    with pytest.raises(AirflowFailException, match="cannot co-locate"):
+        _operator(tmp_path, "device-plugin", busy=True).build_pod_request_obj(dry_run=True)
+
+
+def test_the_users_pod_template_and_affinity_are_kept(tmp_path: Path) -> None:
+    template = tmp_path / "pod.yaml"
+    template.write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: from-template\n  labels: {team: vision}\nspec:\n"
+        "  tolerations: [{key: gpu, operator: Exists}]\n"
+        "  affinity:\n    nodeAffinity:\n      requiredDuringSchedulingIgnoredDuringExecution:\n        nodeSelectorTerms:\n"
+        "        - matchExpressions: [{key: pool, operator: In, values: [training]}]\n"
+        "  containers:\n  - name: base\n    image: from-template:1\n    env: [{name: NVIDIA_VISIBLE_DEVICES, value: all}]\n"
+    )
+    pod = _operator(tmp_path, "visible-devices", busy=True, pod_template_file=str(template)).build_pod_request_obj(dry_run=True)
+    assert pod.metadata.labels["team"] == "vision" and pod.spec.tolerations[0].key == "gpu"
+    assert _hostname_terms(pod) == [[("pool", "In", ["training"]), ("kubernetes.io/hostname", "In", ["n2"])]]
+    assert _env(pod)["NVIDIA_VISIBLE_DEVICES"] == "1"  # the template's 'all' would defeat the pinning
+    full = k8s.V1Pod(spec=k8s.V1PodSpec(containers=[k8s.V1Container(name="base", image="full:1", args=["--epochs", "3"])]))
+    pod = _operator(tmp_path, "visible-devices", busy=True, full_pod_spec=full).build_pod_request_obj(dry_run=True)
+    assert pod.spec.containers[0].args == ["--epochs", "3"] and _env(pod)["NVIDIA_VISIBLE_DEVICES"] == "1"
+
+
+def test_a_dry_run_without_state_builds_the_pod_unplaced(tmp_path: Path) -> None:
+    operator = HorusKubernetesPodOperator(task_id="t", model="resnet18", batch_size=32, image="trainer:1")
+    pod = operator.build_pod_request_obj(dry_run=True)
+    assert "not placed" in pod.metadata.annotations["horus.ai/placement-reason"]
+    assert not pod.spec.affinity
+
+
+def test_bad_input_is_refused_with_what_is_accepted(tmp_path: Path) -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from horus_airflow.errors import BindingError
+
+    with pytest.raises(BindingError, match="accepted: visible-devices, hybrid, device-plugin"):
+        HorusKubernetesPodOperator(task_id="t", model="resnet18", batch_size=32, image="x", binding="mps")
+    operator = HorusKubernetesPodOperator(task_id="t", model="resnt18", batch_size=32, image="x", dry_run_state=_state_file(tmp_path, False))
+    with pytest.raises(AirflowFailException, match="resnt18"):
+        operator.build_pod_request_obj(dry_run=True)
+
+
+# --- whole task runs through Airflow against the test double ------------------------------------
+def _load(path: Path):  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, horus_home: Path) -> Iterator[FakeKubeApi]:
+    with FakeKubeApi(token="tok-SECRET-kubeconfig-123", lifecycle=Lifecycle(running_after_s=0.1, succeeded_after_s=0.6)) as api:
+        for name in ("g1", "g2"):
+            api.add_node(gpu_node(name, count=2))
+        monkeypatch.setenv("HORUS_TEST_KUBECONFIG", str(api.kubeconfig(tmp_path / "kubeconfig.json")))
+        monkeypatch.setenv("HORUS_K8S_NAMESPACE", "horus")
+        yield api
+
+
+def _run(dag_id: str, caplog: pytest.LogCaptureFixture):  # type: ignore[no-untyped-def]
+    module = _load(DAGS_FOLDER / "horus_test_kubernetes.py")
+    dag = next(d for d in (module.sync_dag, module.deferrable_dag, module.taskflow_dag) if d.dag_id == dag_id)
+    with caplog.at_level(logging.INFO):
+        return dag, dag.test()
+
+
+def _xcom(dag_run, task_id: str, key: str):  # type: ignore[no-untyped-def]
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        row = session.query(XComModel).filter_by(dag_id=dag_run.dag_id, run_id=dag_run.run_id, task_id=task_id, key=key).one()
+        return row.value if not isinstance(row.value, str) else json.loads(row.value)
+
+
+@pytest.mark.airflow
+@pytest.mark.parametrize("dag_id,task_id", [
+    ("horus_test_k8s_sync", "train_resnet18"),
+    ("horus_test_k8s_deferrable", "train_bert"),
+    ("horus_test_k8s_taskflow", "train"),
+])
+def test_a_task_places_binds_runs_and_releases(airflow_db: Path, cluster: FakeKubeApi, caplog: pytest.LogCaptureFixture, dag_id: str, task_id: str) -> None:
+    _dag, dag_run = _run(dag_id, caplog)
+    assert str(dag_run.state) == "success", [(ti.task_id, ti.state) for ti in dag_run.get_task_instances()]
+    ledger = cluster.configmap("horus", "horus-ledger")
+    assert ledger is not None and ledger["data"] == {}  # released after the pod finished
+    placement = _xcom(dag_run, task_id, "horus_placement")
+    assert placement["gpu_ids"] and placement["binding"] == "visible-devices" and placement["predicted"]["util"] > 0
+    assert placement["explanation"]["candidates"]
+    created = [p for p in cluster.requests if p.startswith("POST pods")]
+    assert created, cluster.requests
+
+
+@pytest.mark.airflow
+def test_the_pod_carries_placement_and_no_secret_leaks(airflow_db: Path, cluster: FakeKubeApi, caplog: pytest.LogCaptureFixture) -> None:
+    _dag, dag_run = _run("horus_test_k8s_sync", caplog)
+    assert str(dag_run.state) == "success"
+    [pod] = cluster.created
+    labels, annotations = pod["metadata"]["labels"], pod["metadata"]["annotations"]
+    placement = _xcom(dag_run, "train_resnet18", "horus_placement")
+    assert labels[RESERVATION_LABEL] == placement["reservation_id"]
+    booking = json.loads(annotations[BOOKING_ANNOTATION])
+    assert [b["gpu_id"] for b in booking["bookings"]] == placement["gpu_ids"]
+    assert annotations["horus.ai/gpu-ids"] == ",".join(placement["gpu_ids"])
+    env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == ",".join(str(i) for i in placement["gpu_indices"])
+    assert pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0][
+        "matchExpressions"] == [{"key": "kubernetes.io/hostname", "operator": "In", "values": [placement["node"]]}]
+    assert "secretKeyRef" in env["API_TOKEN"]["valueFrom"]  # the pod still gets its secrets
+    where_horus_writes = json.dumps(placement) + json.dumps(annotations) + caplog.text
+    for secret in ("sk-do-not-log-0xC0FFEE", "tok-SECRET-kubeconfig-123", "training-secrets"):
+        assert secret not in where_horus_writes
+
+
+@pytest.mark.airflow
+def test_a_pod_stuck_pending_is_deleted_and_its_gpus_released(airflow_db: Path, cluster: FakeKubeApi, caplog: pytest.LogCaptureFixture) -> None:
+    cluster.lifecycle = Lifecycle(running_after_s=None, succeeded_after_s=None)
+    module = _load(DAGS_FOLDER / "horus_test_kubernetes.py")
+    task = module.sync_dag.get_task("train_resnet18")
+    task.startup_timeout_seconds = task.schedule_timeout_seconds = 1
+    with caplog.at_level(logging.INFO):
+        dag_run = module.sync_dag.test()
+    assert str(dag_run.state) == "failed"
+    assert cluster.configmap("horus", "horus-ledger")["data"] == {}
+    assert cluster.pods("jobs") == []
+
+
+@pytest.mark.airflow
+def test_a_failed_pod_fails_the_task_and_releases(airflow_db: Path, cluster: FakeKubeApi, caplog: pytest.LogCaptureFixture) -> None:
+    cluster.lifecycle = Lifecycle(running_after_s=0.1, succeeded_after_s=0.3, exit_code=1)
+    _dag, dag_run = _run("horus_test_k8s_sync", caplog)
+    assert str(dag_run.state) == "failed"
+    assert cluster.configmap("horus", "horus-ledger")["data"] == {}
