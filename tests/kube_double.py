@@ -144,6 +144,7 @@ class FakeKubeApi:
         self.requests: Counter[str] = Counter()
         self.conflicts = 0
         self.created: list[dict[str, Any]] = []
+        self.verbs: set[tuple[str, str, str]] = set()  # (verb, resource, namespace or "" for cluster-wide)
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -262,6 +263,21 @@ class FakeKubeApi:
         return {**view, "status": {"phase": phase, "containerStatuses": statuses, "startTime": _now_iso()}}
 
 
+def _verb(method: str, path: str, query: dict[str, str]) -> tuple[str, str, str]:
+    """The RBAC verb, resource and namespace a request needs."""
+    match = _NAMESPACED.match(path)
+    if match:
+        namespace, kind, name, sub = match.groups()
+        resource = f"{kind}/{sub}" if sub else kind
+    else:
+        namespace, resource, name = "", path.rstrip("/").split("/")[-1], None
+    if method == "GET":
+        verb = "watch" if query.get("watch") in ("true", "1") else ("get" if name else "list")
+    else:
+        verb = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}[method]
+    return verb, resource, namespace
+
+
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:
     return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code, "reason": reason, "message": message}
 
@@ -269,6 +285,7 @@ def _status(code: int, reason: str, message: str) -> dict[str, Any]:
 class _Handler(BaseHTTPRequestHandler):
     fake: FakeKubeApi
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # else headers and body in two segments stall 40 ms on delayed ACKs
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
         return
@@ -325,6 +342,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _route(self, method: str, path: str, query: dict[str, str], body: Any) -> tuple[int, Any]:
         fake, store = self.fake, self.fake.store
+        fake.verbs.add(_verb(method, path, query))
         labels, fields = query.get("labelSelector", ""), query.get("fieldSelector", "")
         if path == "/api/v1/nodes" and method == "GET":
             items = [n for n in store.nodes.values() if _matches_labels(n["metadata"].get("labels", {}), labels)]
@@ -390,7 +408,9 @@ class _Handler(BaseHTTPRequestHandler):
         for (ns, _), pod in fake.store.pods.items():
             if namespace not in (None, ns):
                 continue
+            if not _matches_labels(pod["metadata"].get("labels", {}), labels):
+                continue
             view = fake._with_status(pod)
-            if _matches_labels(view["metadata"].get("labels", {}), labels) and _matches_fields(view, fields):
+            if _matches_fields(view, fields):
                 items.append(view)
         return {"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": str(fake.store.version)}, "items": items}

@@ -15,7 +15,7 @@ from kubernetes.client import models as k8s
 from horus_airflow.backends.kubernetes import BOOKING_ANNOTATION, RESERVATION_LABEL
 from horus_airflow.placement import ClusterState, GpuState, Resident
 from horus_airflow.operators.kubernetes import HorusKubernetesPodOperator
-from tests.conftest import DAGS_FOLDER
+from tests.conftest import DAGS_FOLDER, REPO
 from tests.kube_double import FakeKubeApi, Lifecycle, gpu_node
 
 
@@ -194,6 +194,31 @@ def test_the_pod_carries_placement_and_no_secret_leaks(airflow_db: Path, cluster
 
 
 @pytest.mark.airflow
+def test_the_manifests_grant_what_the_operator_calls_and_no_more(airflow_db: Path, cluster: FakeKubeApi, caplog: pytest.LogCaptureFixture) -> None:
+    import yaml
+
+    docs = list(yaml.safe_load_all((REPO / "deploy" / "kubernetes" / "rbac.yaml").read_text()))
+    cluster_rules = [r for d in docs if d["kind"] == "ClusterRole" for r in d["rules"]]
+    role_rules = [r for d in docs if d["kind"] == "Role" for r in d["rules"]]
+    assert {v for r in cluster_rules for v in r["verbs"]} <= {"get", "list", "watch"}  # cluster-wide is read-only
+    for dag_id in ("horus_test_k8s_sync", "horus_test_k8s_deferrable", "horus_test_k8s_taskflow"):
+        _run(dag_id, caplog)
+    cluster.lifecycle = Lifecycle(running_after_s=0.1, succeeded_after_s=0.3, exit_code=1)
+    _run("horus_test_k8s_sync", caplog)  # a failed pod: KubernetesPodOperator labels it as checked
+
+    def granted(rules: list[dict], verb: str, resource: str) -> bool:
+        return any(resource in r["resources"] and verb in r["verbs"] for r in rules)
+
+    for verb, resource, namespace in sorted(cluster.verbs):
+        rules = cluster_rules if namespace == "" else role_rules
+        assert granted(rules, verb, resource), f"{verb} {resource} in {namespace or 'all namespaces'} is not granted"
+    # KubernetesPodOperator's defaults call these; the test DAGs turn them off to keep the double small.
+    used = {(verb, resource) for verb, resource, _ in cluster.verbs} | {("get", "pods/log"), ("list", "events")}
+    unused = [(v, res) for r in cluster_rules + role_rules for res in r["resources"] for v in r["verbs"] if (v, res) not in used]
+    assert unused == [], f"granted but never called: {unused}"
+
+
+@pytest.mark.airflow
 def test_a_pod_stuck_pending_is_deleted_and_its_gpus_released(airflow_db: Path, cluster: FakeKubeApi, caplog: pytest.LogCaptureFixture) -> None:
     cluster.lifecycle = Lifecycle(running_after_s=None, succeeded_after_s=None)
     module = _load(DAGS_FOLDER / "horus_test_kubernetes.py")
@@ -212,3 +237,20 @@ def test_a_failed_pod_fails_the_task_and_releases(airflow_db: Path, cluster: Fak
     _dag, dag_run = _run("horus_test_k8s_sync", caplog)
     assert str(dag_run.state) == "failed"
     assert cluster.configmap("horus", "horus-ledger")["data"] == {}
+
+
+def test_killing_or_clearing_a_task_releases_its_gpus(cluster: FakeKubeApi, tmp_path: Path) -> None:
+    from horus_airflow.backends import acquire
+    from horus_airflow.backends.kubernetes import KubernetesBackend, KubernetesOptions, api_from_kubeconfig
+    from horus_airflow.placement import load_profile
+    from horus_airflow.predictor.demand import Demand, GpuDemand
+
+    config = str(cluster.kubeconfig(tmp_path / "kc.json"))
+    backend = KubernetesBackend(api_from_kubeconfig(config), KubernetesOptions(namespace="horus"))
+    owner = "dag/train/manual__1/-1"
+    acquire(backend, Demand("j", 1, {"a100-80gb": GpuDemand(30, 40, 1000)}), load_profile("exclusive"), owner, 5)
+    operator = HorusKubernetesPodOperator(task_id="train", model="resnet18", batch_size=32, image="x", config_file=config)
+    operator._owner = owner  # what build_pod_request_obj recorded when it placed the pod
+    operator.on_kill()
+    assert backend.active() == {}
+    operator.on_kill()  # a second kill (or a clear after a kill) finds nothing left and does not fail

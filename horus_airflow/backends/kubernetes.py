@@ -281,8 +281,8 @@ class KubernetesBackend:
         for _ in range(self.options.attempts):
             nodes = self._api.call("list nodes", self.core.list_node, label_selector=PRODUCT_LABEL)
             horus_pods = self._api.call("list Horus pods", self.core.list_pod_for_all_namespaces, label_selector=RESERVATION_LABEL)
-            live_pods = self._api.call(
-                "list running pods", self.core.list_pod_for_all_namespaces,
+            others = self._api.call(
+                "list running pods", self.core.list_pod_for_all_namespaces, label_selector=f"!{RESERVATION_LABEL}",
                 field_selector="status.phase!=Succeeded,status.phase!=Failed",
             )
             ledger = self._read_ledger()
@@ -298,11 +298,12 @@ class KubernetesBackend:
                     continue
                 for rid, why in result.dropped.items():
                     log.info("reservation %s released by reconciliation: %s", rid, why)
-                for rid in result.adopted:
-                    log.info("reservation %s rebuilt from its running pod", rid)
+                if result.adopted:
+                    log.warning("%d reservation(s) missing from the ledger were rebuilt from their running pods: %s",
+                                len(result.adopted), ", ".join(result.adopted[:10]) + (" ..." if len(result.adopted) > 10 else ""))
             for pod in result.stuck:
                 self._delete_pod(pod.namespace, pod.name)
-            foreign = [p for p in map(PodView.from_api, live_pods["items"]) if p.reservation_id is None and p.gpu_request and p.node]
+            foreign = [p for p in map(PodView.from_api, others["items"]) if p.gpu_request and p.node]
             return self._state(nodes["items"], result.entries, foreign, version)
         raise LedgerConflictError("the ledger kept changing while it was being reconciled")
 
