@@ -47,7 +47,11 @@ class BenchTaskInstance:
 def populate(fake: FakeKubeApi, nodes: int, running: int) -> None:
     """GPU nodes, and ``running`` Horus pods, each on its own GPU, booked in the ledger (the backend
     adopts them from their annotations on the first snapshot)."""
-    from horus_airflow.backends.kubernetes import BOOKING_ANNOTATION, RESERVATION_LABEL, LedgerEntry
+    from horus_airflow.backends.kubernetes import (
+        BOOKING_ANNOTATION,
+        RESERVATION_LABEL,
+        LedgerEntry,
+    )
     from horus_airflow.backends.ledger import Booking
 
     for n in range(nodes):
@@ -83,7 +87,11 @@ def main() -> None:
 
     from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 
-    from horus_airflow.backends.kubernetes import KubernetesBackend, KubernetesOptions, api_from_kubeconfig
+    from horus_airflow.backends.kubernetes import (
+        KubernetesBackend,
+        KubernetesOptions,
+        api_from_kubeconfig,
+    )
     from horus_airflow.jobs import JobSpec
     from horus_airflow.operators.kubernetes import HorusKubernetesPodOperator
     from horus_airflow.pipeline import predict_demand

@@ -5,12 +5,14 @@ The variables are set before anything imports Airflow, which reads AIRFLOW_HOME 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -51,3 +53,12 @@ def horus_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("HORUS_HOME", str(home))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     return home
+
+
+def load_dag_file(path: Path) -> ModuleType:
+    """Import a DAG file the way the DAG processor would: as a module of its own."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -10,17 +9,9 @@ import pytest
 from horus_airflow.backends import SqliteLedger
 from horus_airflow.registry import profiling_runs
 from horus_airflow.settings import Settings
-from tests.conftest import DAGS_FOLDER, REPO
+from tests.conftest import DAGS_FOLDER, REPO, load_dag_file
 
 pytestmark = pytest.mark.airflow
-
-
-def _load(path: Path):  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize("dag_file", sorted((REPO / "dags").glob("*.py")), ids=lambda p: p.name)
@@ -40,7 +31,7 @@ def _active_reservations(settings: Settings) -> int:
 def test_example_dag_runs_end_to_end(airflow_db: Path) -> None:
     from airflow.utils.state import TaskInstanceState
 
-    dag = _load(DAGS_FOLDER / "horus_training_example.py").dag
+    dag = load_dag_file(DAGS_FOLDER / "horus_training_example.py").dag
     dag_run = dag.test()
     assert str(dag_run.state) == "success"
     states = {ti.task_id: ti.state for ti in dag_run.get_task_instances()}
@@ -65,7 +56,7 @@ def test_example_dag_runs_end_to_end(airflow_db: Path) -> None:
 
 def _run_failing_dag(attribute: str) -> str:
     """dag.test() a DAG that must fail; it must leave no GPU reserved. Returns its run id."""
-    dag_run = getattr(_load(DAGS_FOLDER / "horus_test_failures.py"), attribute).test()
+    dag_run = getattr(load_dag_file(DAGS_FOLDER / "horus_test_failures.py"), attribute).test()
     assert str(dag_run.state) == "failed"
     assert _active_reservations(Settings.from_env()) == 0
     return dag_run.run_id

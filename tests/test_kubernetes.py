@@ -6,7 +6,6 @@ tests/e2e/ holds the suite for a real cluster.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import threading
 from pathlib import Path
@@ -26,11 +25,14 @@ from horus_airflow.backends.kubernetes import (
     reconcile,
 )
 from horus_airflow.backends.ledger import Booking
-from horus_airflow.errors import KubernetesApiError, KubernetesConfigError, LedgerConflictError
+from horus_airflow.errors import (
+    KubernetesApiError,
+    KubernetesConfigError,
+    LedgerConflictError,
+)
 from horus_airflow.placement import load_profile
 from horus_airflow.predictor.demand import Demand, GpuDemand
-from tests.conftest import DAGS_FOLDER
-from tests.kube_double import FakeKubeApi, Fault, Lifecycle, gpu_node
+from tests.kube_double import FakeKubeApi, Fault, gpu_node
 
 FAST = KubernetesOptions(namespace="horus", request_timeout_s=0.5, attempts=4, backoff_s=0.01)
 

@@ -3,7 +3,6 @@ task runs through real Airflow (``dag.test()``) against the Kubernetes API TEST 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 from pathlib import Path
@@ -13,9 +12,9 @@ import pytest
 from kubernetes.client import models as k8s
 
 from horus_airflow.backends.kubernetes import BOOKING_ANNOTATION, RESERVATION_LABEL
-from horus_airflow.placement import ClusterState, GpuState, Resident
 from horus_airflow.operators.kubernetes import HorusKubernetesPodOperator
-from tests.conftest import DAGS_FOLDER, REPO
+from horus_airflow.placement import ClusterState, GpuState, Resident
+from tests.conftest import DAGS_FOLDER, REPO, load_dag_file
 from tests.kube_double import FakeKubeApi, Lifecycle, gpu_node
 
 
@@ -120,14 +119,6 @@ def test_bad_input_is_refused_with_what_is_accepted(tmp_path: Path) -> None:
 
 
 # --- whole task runs through Airflow against the test double ------------------------------------
-def _load(path: Path):  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture
 def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, horus_home: Path) -> Iterator[FakeKubeApi]:
     with FakeKubeApi(token="tok-SECRET-kubeconfig-123", lifecycle=Lifecycle(running_after_s=0.1, succeeded_after_s=0.6)) as api:
@@ -139,7 +130,7 @@ def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, horus_home: Path) -
 
 
 def _run(dag_id: str, caplog: pytest.LogCaptureFixture):  # type: ignore[no-untyped-def]
-    module = _load(DAGS_FOLDER / "horus_test_kubernetes.py")
+    module = load_dag_file(DAGS_FOLDER / "horus_test_kubernetes.py")
     dag = next(d for d in (module.sync_dag, module.deferrable_dag, module.taskflow_dag) if d.dag_id == dag_id)
     with caplog.at_level(logging.INFO):
         return dag, dag.test()
@@ -221,7 +212,7 @@ def test_the_manifests_grant_what_the_operator_calls_and_no_more(airflow_db: Pat
 @pytest.mark.airflow
 def test_a_pod_stuck_pending_is_deleted_and_its_gpus_released(airflow_db: Path, cluster: FakeKubeApi, caplog: pytest.LogCaptureFixture) -> None:
     cluster.lifecycle = Lifecycle(running_after_s=None, succeeded_after_s=None)
-    module = _load(DAGS_FOLDER / "horus_test_kubernetes.py")
+    module = load_dag_file(DAGS_FOLDER / "horus_test_kubernetes.py")
     task = module.sync_dag.get_task("train_resnet18")
     task.startup_timeout_seconds = task.schedule_timeout_seconds = 1
     with caplog.at_level(logging.INFO):
@@ -241,7 +232,11 @@ def test_a_failed_pod_fails_the_task_and_releases(airflow_db: Path, cluster: Fak
 
 def test_killing_or_clearing_a_task_releases_its_gpus(cluster: FakeKubeApi, tmp_path: Path) -> None:
     from horus_airflow.backends import acquire
-    from horus_airflow.backends.kubernetes import KubernetesBackend, KubernetesOptions, api_from_kubeconfig
+    from horus_airflow.backends.kubernetes import (
+        KubernetesBackend,
+        KubernetesOptions,
+        api_from_kubeconfig,
+    )
     from horus_airflow.placement import load_profile
     from horus_airflow.predictor.demand import Demand, GpuDemand
 
@@ -254,3 +249,21 @@ def test_killing_or_clearing_a_task_releases_its_gpus(cluster: FakeKubeApi, tmp_
     operator.on_kill()
     assert backend.active() == {}
     operator.on_kill()  # a second kill (or a clear after a kill) finds nothing left and does not fail
+
+
+class _TaskInstance:
+    dag_id, task_id, run_id, map_index, try_number = "dag", "train", "manual__1", -1, 1
+
+    def xcom_push(self, key: str, value: object) -> None:
+        raise AssertionError("nothing is pushed when the cluster cannot be read")
+
+
+def test_a_kubeconfig_that_does_not_work_fails_the_task_in_one_line(tmp_path: Path, horus_home: Path) -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    broken = tmp_path / "kubeconfig"
+    broken.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\n")
+    operator = HorusKubernetesPodOperator(task_id="train", model="resnet18", batch_size=32, image="x", config_file=str(broken))
+    with pytest.raises(AirflowFailException) as caught:
+        operator.build_pod_request_obj({"ti": _TaskInstance(), "run_id": "manual__1", "dag": None})  # type: ignore[arg-type]
+    assert "\n" not in str(caught.value) and f"kubeconfig {broken} does not work" in str(caught.value)

@@ -35,7 +35,11 @@ from kubernetes.config.config_exception import ConfigException
 
 from horus_airflow.backends.binding import GPU_RESOURCE
 from horus_airflow.backends.ledger import Booking, Reservation
-from horus_airflow.errors import KubernetesApiError, KubernetesConfigError, LedgerConflictError
+from horus_airflow.errors import (
+    KubernetesApiError,
+    KubernetesConfigError,
+    LedgerConflictError,
+)
 from horus_airflow.features.gpus import gpu_type_from_nvml
 from horus_airflow.placement import ClusterState, Decision, GpuState, Resident
 from horus_airflow.predictor.demand import Demand

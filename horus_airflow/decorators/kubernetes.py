@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from airflow.providers.cncf.kubernetes.decorators.kubernetes import _KubernetesDecoratedOperator
+from airflow.providers.cncf.kubernetes.decorators.kubernetes import (
+    _KubernetesDecoratedOperator,
+)
 from airflow.sdk.bases.decorator import TaskDecorator, task_decorator_factory
 
 from horus_airflow.operators.kubernetes import HorusKubernetesPodOperator

@@ -13,6 +13,7 @@ from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
 from kubernetes.client import models as k8s
 from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
 
 from horus_airflow.backends import acquire
 from horus_airflow.backends.binding import BINDINGS, GpuTarget, binding
@@ -23,10 +24,22 @@ from horus_airflow.backends.kubernetes import (
     KubernetesOptions,
     LedgerEntry,
 )
-from horus_airflow.errors import BindingError, HorusError, InvalidJobError, InventoryError
+from horus_airflow.errors import (
+    BindingError,
+    HorusError,
+    InvalidJobError,
+    InventoryError,
+    KubernetesConfigError,
+)
 from horus_airflow.jobs import JobSpec
 from horus_airflow.pipeline import predict_demand
-from horus_airflow.placement import ClusterState, Decision, GpuState, load_profile, place
+from horus_airflow.placement import (
+    ClusterState,
+    Decision,
+    GpuState,
+    load_profile,
+    place,
+)
 from horus_airflow.predictor import Demand
 from horus_airflow.registry import load_interference
 from horus_airflow.settings import Settings
@@ -102,7 +115,10 @@ class HorusKubernetesPodOperator(KubernetesPodOperator):
 
     # --- placement -------------------------------------------------------------------------------
     def build_pod_request_obj(self, context: Context | None = None, *, dry_run: bool = False) -> k8s.V1Pod:
-        pod = super().build_pod_request_obj(context, dry_run=dry_run)
+        try:
+            pod = super().build_pod_request_obj(context, dry_run=dry_run)
+        except ConfigException as exc:
+            raise AirflowFailException(str(self._config_error(exc))) from None
         try:
             spec = self._job_spec()
             if dry_run:
@@ -110,7 +126,7 @@ class HorusKubernetesPodOperator(KubernetesPodOperator):
             if context is None:
                 raise AirflowException("Horus places a pod only inside a task run or a dry run")
             return self._place(pod, spec, context)
-        except (InvalidJobError, InventoryError, BindingError) as exc:
+        except (InvalidJobError, InventoryError, BindingError, KubernetesConfigError) as exc:
             raise AirflowFailException(str(exc)) from exc
         except HorusError as exc:
             raise AirflowException(str(exc)) from exc
@@ -132,7 +148,16 @@ class HorusKubernetesPodOperator(KubernetesPodOperator):
         options = KubernetesOptions(
             namespace=settings.kubernetes_namespace, lease_s=settings.lease_seconds, pending_deadline_s=pending
         )
-        return KubernetesBackend(self.client, options)
+        try:
+            client = self.client
+        except (ConfigException, OSError, ValueError, TypeError) as exc:
+            raise self._config_error(exc) from None
+        return KubernetesBackend(client, options)
+
+    def _config_error(self, exc: Exception) -> KubernetesConfigError:
+        where = self.config_file or "the default kubeconfig"
+        first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return KubernetesConfigError(f"kubeconfig {where} does not work: {first_line}")
 
     def _place(self, pod: k8s.V1Pod, spec: JobSpec, context: Context) -> k8s.V1Pod:
         ti = context["ti"]

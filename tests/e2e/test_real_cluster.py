@@ -16,7 +16,11 @@ from pathlib import Path
 import pytest
 
 from horus_airflow.backends import acquire
-from horus_airflow.backends.kubernetes import KubernetesBackend, KubernetesOptions, api_from_kubeconfig
+from horus_airflow.backends.kubernetes import (
+    KubernetesBackend,
+    KubernetesOptions,
+    api_from_kubeconfig,
+)
 from horus_airflow.errors import LedgerConflictError
 from horus_airflow.placement import load_profile, place
 from horus_airflow.predictor.demand import Demand, GpuDemand
