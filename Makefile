@@ -10,6 +10,7 @@ export AIRFLOW_HOME ?= $(HORUS_HOME)/airflow
 export AIRFLOW__CORE__DAGS_FOLDER ?= $(CURDIR)/dags
 export AIRFLOW__CORE__LOAD_EXAMPLES ?= False
 export MLFLOW_DISABLE_TELEMETRY ?= true
+export HORUS_PROJECT_ROOT ?= $(CURDIR)
 
 .PHONY: install demo test evaluate clean
 

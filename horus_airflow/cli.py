@@ -27,7 +27,20 @@ def main(argv: list[str] | None = None) -> int:
     run = sub.add_parser("run", help="run a training command under telemetry, keeping its exit code")
     run.add_argument("--out", type=Path, help="folder for samples.jsonl and summary.json (default: HORUS_HOME/runs/<time>)")
     run.add_argument("--interval", type=float, default=0.2, help="sampling interval in seconds (default 0.2)")
+    run.add_argument("--job", type=_job_spec, metavar="SPEC",
+                     help="MODEL:BATCH[:amp][@DATASET] the command trains: log a profiling run with its graph features")
     run.add_argument("cmd", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
+
+    telemetry = sub.add_parser("telemetry", help="import telemetry a cluster already collects (DCGM exporter via Prometheus)")
+    telemetry_actions = telemetry.add_subparsers(dest="action", required=True)
+    imports = telemetry_actions.add_parser("import", help="log one profiling run per job found in an export")
+    imports.add_argument("export", type=Path, help="Prometheus API answer (JSON) or /metrics scrapes (text)")
+    imports.add_argument("--format", choices=("prometheus-json", "prometheus-text"), help="default: guessed from the file")
+    imports.add_argument("--group-by", default="pod", help="label that names a job (default pod)")
+    imports.add_argument("--job", action="append", default=[], metavar="KEY=SPEC",
+                         help="the workload of a job, e.g. train-resnet-abc=resnet50:64@imagenet (repeat)")
+    imports.add_argument("--interval", type=float, default=1.0, help="seconds between scrapes without timestamps")
+    imports.add_argument("--json", action="store_true", help="print one JSON object")
 
     predict = sub.add_parser("predict", help="predict a job's GPU utilization and memory")
     predict.add_argument("--model", required=True, help="catalog name, path/to/file.py:factory or model.onnx")
@@ -120,8 +133,51 @@ def _run(args: argparse.Namespace) -> int:
     if not cmd:
         print("horus run: error: give the command after '--', e.g. horus run -- python train.py", file=sys.stderr)
         return 2
-    out = args.out or Settings.from_env().runs_dir / time.strftime("%Y%m%d-%H%M%S")
-    return run(cmd, out, args.interval).exit_code
+    settings = Settings.from_env()
+    out = args.out or settings.runs_dir / time.strftime("%Y%m%d-%H%M%S")
+    features = args.job.features() if args.job else None  # bad input fails before anything runs
+    summary = run(cmd, out, args.interval)
+    if args.job is not None:
+        from horus_airflow.registry.profiling import log_wrapped_run
+
+        run_id = log_wrapped_run(settings, args.job, features, summary, out)
+        print(f"horus run: profiling run {run_id} in {settings.mlflow_tracking_uri}", file=sys.stderr)
+    return summary.exit_code
+
+
+def _telemetry(args: argparse.Namespace) -> int:
+    import hashlib
+    import tempfile
+
+    from horus_airflow.jobs import JobSpec
+    from horus_airflow.registry.profiling import import_jobs
+    from horus_airflow.telemetry import dcgm
+
+    try:
+        text = args.export.read_text()
+    except OSError as exc:
+        raise dcgm.TelemetryImportError(f"cannot read {args.export}: {exc.strerror}") from None
+    specs = {}
+    for item in args.job:
+        key, sep, spec = item.partition("=")
+        if not sep:
+            raise dcgm.TelemetryImportError(f"--job {item!r}: expected KEY=MODEL:BATCH[:amp][@DATASET]")
+        specs[key] = JobSpec.parse(spec)
+    series = dcgm.parse(text, args.format or dcgm.guess_format(text), args.interval)
+    jobs, left_out = dcgm.group_jobs(series, args.group_by)
+    settings = Settings.from_env()
+    with tempfile.TemporaryDirectory(dir=settings.home if settings.home.is_dir() else None) as work:
+        report = import_jobs(settings, jobs, specs, hashlib.sha256(text.encode()).hexdigest(), Path(work), left_out)
+    if args.json:
+        print(json.dumps(asdict(report), indent=2))
+    else:
+        for key, run_id in report.logged.items():
+            print(f"{key}: profiling run {run_id}{'' if key in specs else ' (no --job: kept, but not used for training)'}")
+        for key, run_id in report.already_imported.items():
+            print(f"{key}: already imported as {run_id}")
+        for why, count in report.left_out.items():
+            print(f"left out: {count} x {why}")
+    return 0
 
 
 def _predict(args: argparse.Namespace) -> int:
@@ -190,16 +246,10 @@ def _job_spec(text: str) -> JobSpec:
     from horus_airflow.errors import InvalidJobError
     from horus_airflow.jobs import JobSpec
 
-    body, _, dataset = text.partition("@")
-    parts = body.split(":")
     try:
-        if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] != "amp"):
-            raise ValueError
-        return JobSpec(model=parts[0], batch_size=int(parts[1]), dataset=dataset or None,
-                       precision="amp" if len(parts) == 3 else "fp32")
-    except (ValueError, InvalidJobError) as exc:
-        detail = f": {exc}" if str(exc) else ""
-        raise argparse.ArgumentTypeError(f"job {text!r} is not MODEL:BATCH[:amp][@DATASET], e.g. resnet50:64:amp@imagenet{detail}") from exc
+        return JobSpec.parse(text)
+    except InvalidJobError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _interference(args: argparse.Namespace) -> int:
@@ -357,7 +407,7 @@ def _demo(args: argparse.Namespace) -> int:
 _COMMANDS = {
     "run": _run, "predict": _predict, "predictor": _predictor, "catalog": _catalog, "inventory": _inventory,
     "demo": _demo, "interference": _interference, "place": _place, "interference-model": _interference_model,
-    "simulate": _simulate,
+    "simulate": _simulate, "telemetry": _telemetry,
 }
 
 if __name__ == "__main__":

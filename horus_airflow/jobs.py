@@ -60,6 +60,21 @@ class JobSpec:
         """The graph features of this job's training step (cached per process)."""
         return extract_features(self.model, self.batch_size, self.dataset, self.precision, self.seq_len)
 
+    @classmethod
+    def parse(cls, text: str, **fields: object) -> JobSpec:
+        """``MODEL:BATCH[:amp][@DATASET]`` (catalog models), e.g. ``resnet50:64:amp@imagenet``; ``fields``
+        sets the rest (``steps``, ``name``...)."""
+        body, _, dataset = text.partition("@")
+        parts = body.split(":")
+        try:
+            if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] != "amp"):
+                raise ValueError
+            return cls(model=parts[0], batch_size=int(parts[1]), dataset=dataset or None,
+                       precision="amp" if len(parts) == 3 else "fp32", **fields)  # type: ignore[arg-type]
+        except (ValueError, InvalidJobError) as exc:
+            detail = f": {exc}" if str(exc) else ""
+            raise InvalidJobError(f"job {text!r} is not MODEL:BATCH[:amp][@DATASET], e.g. resnet50:64:amp@imagenet{detail}") from None
+
 
 def _require_int_in(label: str, value: object, low: int, high: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int):

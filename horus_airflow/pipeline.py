@@ -9,17 +9,22 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from horus_airflow.backends import LocalBackend, acquire
+from horus_airflow.backends import Acquired, LocalBackend, acquire
 from horus_airflow.backends.local import LaunchedJob
 from horus_airflow.catalog import is_onnx
 from horus_airflow.errors import InvalidJobError
 from horus_airflow.features import GraphFeatures
 from horus_airflow.features.gpus import gpu_spec
+from horus_airflow.interference import signature
 from horus_airflow.jobs import JobSpec
 from horus_airflow.placement import load_profile
-from horus_airflow.predictor import Demand
-from horus_airflow.interference import signature
-from horus_airflow.registry import ProfilingRecord, load_interference, load_predictor, log_profiling_run
+from horus_airflow.predictor import Demand, GpuDemand
+from horus_airflow.registry import (
+    ProfilingRecord,
+    load_interference,
+    load_predictor,
+    log_profiling_run,
+)
 from horus_airflow.settings import Settings
 from horus_airflow.telemetry import RunSummary
 
@@ -73,6 +78,24 @@ def training_command(spec: JobSpec) -> list[str]:
     return command
 
 
+@dataclass(frozen=True)
+class _Prepared:
+    """A job checked and predicted, before anything is reserved."""
+
+    spec: JobSpec
+    job_id: str
+    command: list[str]
+    features: GraphFeatures
+    demand: Demand
+
+
+def _prepare(spec: JobSpec, backend: LocalBackend, settings: Settings) -> _Prepared:
+    job_id = f"{spec.display_name}-{uuid.uuid4().hex[:8]}"
+    command = training_command(spec)
+    features, demand = predict_demand(spec, job_id, sorted({g.gpu_type for g in backend.gpus}), settings)
+    return _Prepared(spec, job_id, command, features, demand)
+
+
 def run_job(
     spec: JobSpec,
     settings: Settings,
@@ -86,41 +109,91 @@ def run_job(
     reserved it is released whatever happens."""
     profile = load_profile(profile_name or settings.profile)
     backend = LocalBackend(settings)
-    job_id = f"{spec.display_name}-{uuid.uuid4().hex[:8]}"
-    command = training_command(spec)
-    features, demand = predict_demand(spec, job_id, sorted({g.gpu_type for g in backend.gpus}), settings)
+    job = _prepare(spec, backend, settings)
     interference, interference_label = load_interference(settings)
-    acquired = acquire(backend, demand, profile, owner, placement_timeout_s, interference)
+    acquired = acquire(backend, job.demand, profile, owner, placement_timeout_s, interference)
+    log.info("placed %s: %s", job.job_id, acquired.decision.reason)
+    [outcome] = _run_together([job], backend, acquired, settings,
+                              {"horus.interference": interference_label, **(context_tags or {})}, on_launch)
+    return outcome
+
+
+def profile_pair(
+    first: JobSpec,
+    second: JobSpec,
+    settings: Settings,
+    owner: str,
+    placement_timeout_s: float = 600.0,
+    context_tags: dict[str, str] | None = None,
+) -> tuple[JobOutcome, JobOutcome]:
+    """Run two jobs at once on one GPU that nobody else uses, and log each as a profiling run whose
+    co-resident is the other (tags ``horus.pair_id``, ``horus.co_residents``): the measurements the
+    interference model learns from. Their speeds are compared with the same jobs profiled alone."""
+    backend = LocalBackend(settings)
+    jobs = [_prepare(first, backend, settings), _prepare(second, backend, settings)]
+    if first.gpus != 1 or second.gpus != 1:
+        raise InvalidJobError(f"pairs are profiled on one GPU: both jobs need gpus=1, got {first.gpus} and {second.gpus}")
+    pair_id = uuid.uuid4().hex[:12]
+    combined = {
+        t: GpuDemand(sum(j.demand.on(t).util for j in jobs), sum(j.demand.on(t).util_p90 for j in jobs),
+                     sum(j.demand.on(t).mem_mib for j in jobs))
+        for t in jobs[0].demand.per_type
+    }
+    demand = Demand(f"pair-{pair_id}", 1, combined, predictor=jobs[0].demand.predictor)
+    acquired = acquire(backend, demand, load_profile("exclusive"), owner, placement_timeout_s)
+    log.info("pair %s placed: %s", pair_id, acquired.decision.reason)
+    first_outcome, second_outcome = _run_together(jobs, backend, acquired, settings,
+                                                  {"horus.pair_id": pair_id, **(context_tags or {})})
+    return first_outcome, second_outcome
+
+
+def _run_together(
+    jobs: list[_Prepared],
+    backend: LocalBackend,
+    acquired: Acquired,
+    settings: Settings,
+    tags: dict[str, str],
+    on_launch: Callable[[LaunchedJob], None] | None = None,
+) -> list[JobOutcome]:
+    """Launch every job on the acquired GPUs, wait for all, release, then log one profiling run each."""
     decision, reservation = acquired.decision, acquired.reservation
     placed_on = tuple(gpu for gpu in acquired.state.gpus if gpu.gpu_id in decision.gpu_ids)
-    log.info("placed %s: %s", job_id, decision.reason)
-    run_dir = settings.runs_dir / job_id
+    launched: list[LaunchedJob] = []
     try:
-        job = backend.launch(command, reservation, run_dir)
-        if on_launch:
-            on_launch(job)
-        summary: RunSummary = backend.wait(job, reservation)
+        for job in jobs:
+            launched.append(backend.launch(job.command, reservation, settings.runs_dir / job.job_id))
+            if on_launch:
+                on_launch(launched[-1])
+        summaries = [backend.wait(handle, reservation) for handle in launched]
+    except BaseException:
+        for handle in launched:  # no job keeps running on a GPU that is about to be released
+            if handle.process.poll() is None:
+                handle.process.terminate()
+        raise
     finally:
         backend.release(reservation)
-    predicted = demand.on(placed_on[0].gpu_type)
-    run_id = log_profiling_run(
-        settings,
-        ProfilingRecord(
-            spec, features, predicted, demand.predictor, decision, placed_on, summary, run_dir,
-            {"horus.interference": interference_label, **(context_tags or {})},
-        ),
-    )
-    return JobOutcome(
-        job_id=job_id,
-        model=spec.model,
-        gpu_ids=decision.gpu_ids,
-        gpu_type=placed_on[0].gpu_type,
-        gpu_declared=placed_on[0].declared,
-        predicted_util=predicted.util,
-        predicted_mem_mib=predicted.mem_mib,
-        predictor=demand.predictor,
-        reason=decision.reason,
-        mlflow_run_id=run_id,
-        exit_code=summary.exit_code,
-        ledger_conflicts=acquired.conflicts,
-    )
+    outcomes = []
+    for job, summary in zip(jobs, summaries):
+        predicted = job.demand.on(placed_on[0].gpu_type)
+        partners = tuple(other.job_id for other in jobs if other is not job)
+        residents = tuple(sorted({r.job_id for gpu in placed_on for r in gpu.residents} | set(partners)))
+        run_id = log_profiling_run(
+            settings,
+            ProfilingRecord(job.spec, job.features, predicted, job.demand.predictor, decision, placed_on, summary,
+                            settings.runs_dir / job.job_id, tags, co_residents=residents),
+        )
+        outcomes.append(JobOutcome(
+            job_id=job.job_id,
+            model=job.spec.model,
+            gpu_ids=decision.gpu_ids,
+            gpu_type=placed_on[0].gpu_type,
+            gpu_declared=placed_on[0].declared,
+            predicted_util=predicted.util,
+            predicted_mem_mib=predicted.mem_mib,
+            predictor=job.demand.predictor,
+            reason=decision.reason,
+            mlflow_run_id=run_id,
+            exit_code=summary.exit_code,
+            ledger_conflicts=acquired.conflicts,
+        ))
+    return outcomes

@@ -23,6 +23,7 @@ class Settings:
     profile: str
     lease_seconds: float
     kubernetes_namespace: str = "horus"
+    project_root: Path = Path(".")
 
     @property
     def ledger_path(self) -> Path:
@@ -45,7 +46,13 @@ class Settings:
             profile=env.get("HORUS_PROFILE") or "horus-paper",
             lease_seconds=float(env.get("HORUS_LEASE_SECONDS") or 300.0),
             kubernetes_namespace=env.get("HORUS_K8S_NAMESPACE") or "horus",
+            project_root=Path(env.get("HORUS_PROJECT_ROOT") or ".").resolve(),
         )
+
+    def project_file(self, relative: str) -> Path:
+        """A file the project ships (seed data, the promotion policy), from ``HORUS_PROJECT_ROOT``
+        (default: the working directory); an absolute path is kept as given."""
+        return self.project_root / relative
 
     @property
     def mlflow_artifact_root(self) -> Path:

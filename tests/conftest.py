@@ -31,6 +31,7 @@ os.environ.update(
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "MLFLOW_DISABLE_TELEMETRY": "true",
         "HORUS_LOCAL_GPUS": "2xa100-80gb",
+        "HORUS_PROJECT_ROOT": str(REPO),
     }
 )
 os.environ.pop("MLFLOW_TRACKING_URI", None)

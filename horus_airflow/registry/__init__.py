@@ -1,7 +1,10 @@
 """MLflow at the edge: profiling runs, predictor training runs, the registered predictor and its cache."""
 
-from horus_airflow.registry.store import client, experiment_id  # first: sets MLflow's defaults
-from horus_airflow.registry.versions import CHALLENGER, CHAMPION  # noqa: I001
+from horus_airflow.registry.interference import (
+    INTERFERENCE_MODEL,
+    load_interference,
+    train_interference,
+)
 from horus_airflow.registry.predictor import (
     PREDICTOR_MODEL,
     TRAINING_EXPERIMENT,
@@ -11,8 +14,17 @@ from horus_airflow.registry.predictor import (
     promote,
     train_predictor,
 )
-from horus_airflow.registry.interference import INTERFERENCE_MODEL, load_interference, train_interference
-from horus_airflow.registry.profiling import PROFILING_EXPERIMENT, ProfilingRecord, log_profiling_run, profiling_runs
+from horus_airflow.registry.profiling import (
+    PROFILING_EXPERIMENT,
+    ProfilingRecord,
+    log_profiling_run,
+    profiling_runs,
+)
+from horus_airflow.registry.store import (  # first: sets MLflow's defaults
+    client,
+    experiment_id,
+)
+from horus_airflow.registry.versions import CHALLENGER, CHAMPION  # noqa: I001
 
 __all__ = [
     "CHALLENGER",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,11 @@ from mlflow.models import infer_signature
 
 from horus_airflow.interference import LearnedInterference, SummedUtilization
 from horus_airflow.interference.base import InterferenceModel
-from horus_airflow.interference.evaluation import SplitScores, evaluate_interference, scores_table
+from horus_airflow.interference.evaluation import (
+    SplitScores,
+    evaluate_interference,
+    scores_table,
+)
 from horus_airflow.interference.pairs import DESIGN_COLUMNS, design_matrix
 from horus_airflow.registry import versions
 from horus_airflow.registry.store import logged_run
@@ -52,6 +56,7 @@ class InterferenceTrainingOutcome:
     version: str | None
     aliases: tuple[str, ...]
     scores: list[SplitScores]
+    model: LearnedInterference | None = field(default=None, compare=False, repr=False)
 
 
 def train_interference(settings: Settings, pairs: pd.DataFrame, source: str, register: bool = True) -> InterferenceTrainingOutcome:
@@ -78,7 +83,7 @@ def train_interference(settings: Settings, pairs: pd.DataFrame, source: str, reg
     if register:
         version, aliases = versions.register_version(settings, INTERFERENCE_MODEL, logged.model_uri, run_id,
                                                      "Horus co-location interference model")
-    return InterferenceTrainingOutcome(run_id, version, aliases, scores)
+    return InterferenceTrainingOutcome(run_id, version, aliases, scores, model)
 
 
 def load_interference(settings: Settings) -> tuple[InterferenceModel, str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,13 @@ from mlflow.models import infer_signature
 from horus_airflow.predictor import AnalyticPrior
 from horus_airflow.predictor.dataset import TARGETS, ValidatedData
 from horus_airflow.predictor.evaluation import Evaluation, evaluate
-from horus_airflow.predictor.model import DESIGN_COLUMNS, Hyperparameters, TrainedPredictor, UtilizationModel, design_matrix
+from horus_airflow.predictor.model import (
+    DESIGN_COLUMNS,
+    Hyperparameters,
+    TrainedPredictor,
+    UtilizationModel,
+    design_matrix,
+)
 from horus_airflow.registry import versions
 from horus_airflow.registry.store import logged_run
 from horus_airflow.registry.versions import CHAMPION
@@ -57,6 +63,7 @@ class TrainingOutcome:
     evaluation: Evaluation
     trained_rows: dict[str, int]
     rejected_rows: int
+    model: UtilizationModel = field(default_factory=UtilizationModel, compare=False, repr=False)
 
 
 def train_predictor(
@@ -82,7 +89,7 @@ def train_predictor(
         version, aliases = versions.register_version(
             settings, PREDICTOR_MODEL, logged.model_uri, run_id, "Horus GPU utilization and memory predictor"
         )
-    return TrainingOutcome(run_id, version, aliases, evaluation, dict(model.trained_rows), len(data.rejected))
+    return TrainingOutcome(run_id, version, aliases, evaluation, dict(model.trained_rows), len(data.rejected), model)
 
 
 def promote(settings: Settings, version: str, alias: str = CHAMPION) -> None:

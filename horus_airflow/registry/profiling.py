@@ -7,20 +7,32 @@ measured.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import os
+import platform
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Mapping
 
 from mlflow.entities import Metric, Param, Run, RunStatus
 
+from horus_airflow.features.gpus import gpu_spec, gpu_type_from_nvml
 from horus_airflow.features.graph import GraphFeatures
 from horus_airflow.jobs import JobSpec
 from horus_airflow.placement import Decision, GpuState
 from horus_airflow.predictor.demand import GpuDemand
 from horus_airflow.registry.store import client, experiment_id
 from horus_airflow.settings import Settings
-from horus_airflow.telemetry import RunSummary
+from horus_airflow.telemetry import RunSummary, nvml, samples_frame
+from horus_airflow.telemetry.dcgm import ImportedJob
+from horus_airflow.telemetry.wrapper import (
+    SAMPLES_FILE,
+    SAMPLES_PARQUET,
+    UNKNOWN_EXIT,
+    summarise,
+)
 
 log = logging.getLogger(__name__)
 
@@ -29,17 +41,22 @@ PROFILING_EXPERIMENT = "horus-profiling"
 
 @dataclass(frozen=True)
 class ProfilingRecord:
-    """Everything known about one job once it has run."""
+    """Everything known about one job once it has run. Jobs Horus placed carry their spec, features,
+    prediction and decision; wrapped (``horus run``) or imported (DCGM) jobs may lack some: the run is
+    still kept, and the retraining DAG sets aside the ones it cannot learn from, saying why.
+    ``co_residents`` names the jobs that shared the GPU (default: the residents at placement time)."""
 
-    spec: JobSpec
-    features: GraphFeatures
-    predicted: GpuDemand
+    spec: JobSpec | None
+    features: GraphFeatures | None
+    predicted: GpuDemand | None
     predictor: str
-    decision: Decision
+    decision: Decision | None
     gpus: tuple[GpuState, ...]
     summary: RunSummary
     run_dir: Path
     context_tags: dict[str, str] = field(default_factory=dict)
+    co_residents: tuple[str, ...] | None = None
+    run_name: str = ""
 
 
 def profiling_runs(settings: Settings, airflow_run_id: str) -> list[Run]:
@@ -55,9 +72,8 @@ def profiling_runs(settings: Settings, airflow_run_id: str) -> list[Run]:
 
 def log_profiling_run(settings: Settings, record: ProfilingRecord) -> str:
     mlflow = client(settings)
-    run = mlflow.create_run(
-        experiment_id(mlflow, settings, PROFILING_EXPERIMENT), run_name=record.spec.display_name, tags=_tags(record)
-    )
+    name = record.run_name or (record.spec.display_name if record.spec else record.run_dir.name)
+    run = mlflow.create_run(experiment_id(mlflow, settings, PROFILING_EXPERIMENT), run_name=name, tags=_tags(record))
     run_id = run.info.run_id
     try:
         timestamp = int(run.info.start_time)
@@ -66,49 +82,130 @@ def log_profiling_run(settings: Settings, record: ProfilingRecord) -> str:
             params=[Param(k, v) for k, v in _params(record).items()],
             metrics=[Metric(k, v, timestamp, 0) for k, v in record.summary.measured_metrics().items()],
         )
-        (record.run_dir / "placement.json").write_text(json.dumps(record.decision.to_dict(), indent=2))
+        if record.decision is not None:
+            (record.run_dir / "placement.json").write_text(json.dumps(record.decision.to_dict(), indent=2))
         mlflow.log_artifacts(run_id, str(record.run_dir), artifact_path="telemetry")
     except BaseException:
         mlflow.set_terminated(run_id, RunStatus.to_string(RunStatus.FAILED))
         raise
-    status = RunStatus.FINISHED if record.summary.exit_code == 0 else RunStatus.FAILED
+    status = RunStatus.FAILED if record.summary.exit_code > 0 else RunStatus.FINISHED  # -1: unknown, e.g. imported
     mlflow.set_terminated(run_id, RunStatus.to_string(status))
     log.info("profiling run %s logged to %s", run_id, settings.mlflow_tracking_uri)
     return run_id
 
 
 def _params(record: ProfilingRecord) -> dict[str, str]:
+    params: dict[str, str] = {}
     spec = record.spec
-    params = {
-        "job.model": spec.model,
-        "job.dataset": record.features.dataset,
-        "job.batch_size": str(spec.batch_size),
-        "job.precision": spec.precision,
-        "job.gpus": str(spec.gpus),
-        "job.steps": str(spec.steps),
-        "predicted.gpu_util": f"{record.predicted.util:.2f}",
-        "predicted.gpu_util_p90": f"{record.predicted.util_p90:.2f}",
-        "predicted.gpu_mem_mib": f"{record.predicted.mem_mib:.0f}",
-    }
-    if spec.command:
-        params["job.command"] = " ".join(spec.command)[:500]
-    params.update(record.features.as_params())
+    if spec is not None:
+        params.update({
+            "job.model": spec.model,
+            "job.batch_size": str(spec.batch_size),
+            "job.precision": spec.precision,
+            "job.gpus": str(spec.gpus),
+            "job.steps": str(spec.steps),
+        })
+        if spec.command:
+            params["job.command"] = " ".join(spec.command)[:500]
+    if record.predicted is not None:
+        params.update({
+            "predicted.gpu_util": f"{record.predicted.util:.2f}",
+            "predicted.gpu_util_p90": f"{record.predicted.util_p90:.2f}",
+            "predicted.gpu_mem_mib": f"{record.predicted.mem_mib:.0f}",
+        })
+    if record.features is not None:
+        params["job.dataset"] = record.features.dataset
+        params.update(record.features.as_params())
     return params
 
 
 def _tags(record: ProfilingRecord) -> dict[str, str]:
-    first = record.gpus[0]
-    residents = sorted({r.job_id for gpu in record.gpus for r in gpu.residents})
-    return {
+    residents = record.co_residents
+    if residents is None:
+        residents = tuple(sorted({r.job_id for gpu in record.gpus for r in gpu.residents}))
+    tags = {
         "horus.run_kind": "profiling",
         "horus.gpu_ids": ",".join(g.gpu_id for g in record.gpus),
-        "horus.gpu_type": first.gpu_type,
-        "horus.gpu_declared": str(first.declared).lower(),
         "horus.gpu_measured": str(record.summary.gpu_measured).lower(),
         "horus.co_residents": ",".join(residents),
-        "horus.placement.profile": record.decision.profile,
-        "horus.placement.reason": record.decision.reason,
+        "horus.co_resident_pids": ",".join(str(p) for p in record.summary.co_resident_pids)[:500],
         "horus.predictor": record.predictor,
         "horus.exit_code": str(record.summary.exit_code),
-        **record.context_tags,
     }
+    if record.gpus:
+        tags["horus.gpu_type"] = record.gpus[0].gpu_type
+        tags["horus.gpu_declared"] = str(record.gpus[0].declared).lower()
+    if record.decision is not None:
+        tags["horus.placement.profile"] = record.decision.profile
+        tags["horus.placement.reason"] = record.decision.reason
+    if record.summary.sample_problems:
+        tags["horus.sample_problems"] = json.dumps(record.summary.sample_problems)[:500]
+    return {**tags, **record.context_tags}
+
+
+@dataclass(frozen=True)
+class ImportReport:
+    """What an import logged (group key -> MLflow run id), what it had already imported, and what it
+    could not read."""
+
+    logged: dict[str, str]
+    already_imported: dict[str, str]
+    left_out: dict[str, int]
+
+
+def import_jobs(
+    settings: Settings, jobs: list[ImportedJob], specs: Mapping[str, JobSpec], source_digest: str, work_dir: Path,
+    left_out: Mapping[str, int] | None = None,
+) -> ImportReport:
+    """Log one profiling run per imported job. A job named in ``specs`` gets its graph features; one
+    that is not is still logged (the retraining DAG sets it aside as 'run without features'). Importing
+    the same export again logs nothing twice: each run carries ``horus.source_id``."""
+    mlflow = client(settings)
+    experiment = experiment_id(mlflow, settings, PROFILING_EXPERIMENT)
+    logged, already = {}, {}
+    for job in jobs:
+        source_id = hashlib.sha256(f"{source_digest}/{job.key}".encode()).hexdigest()[:24]
+        found = mlflow.search_runs([experiment], filter_string=f"tags.`horus.source_id` = '{source_id}'", max_results=1)
+        if found:
+            already[job.key] = found[0].info.run_id
+            continue
+        spec = specs.get(job.key)
+        gpu_type = gpu_type_from_nvml(job.model_name, int(job.memory_mib))
+        memory = job.memory_mib or (gpu_spec(gpu_type).memory_mib if gpu_type else 0.0)
+        host = job.hostname or "unknown"
+        gpus = tuple(GpuState(f"{host}/{i}", host, i, gpu_type, memory) for i in job.gpu_indices) if gpu_type else ()
+        run_dir = work_dir / source_id
+        run_dir.mkdir(parents=True, exist_ok=True)
+        with (run_dir / SAMPLES_FILE).open("w") as sink:
+            sink.writelines(s.to_json() + "\n" for s in job.samples)
+        samples_frame(job.samples).to_parquet(run_dir / SAMPLES_PARQUET, index=False)
+        duration = job.samples[-1].t_s if job.samples else 0.0
+        summary = summarise(UNKNOWN_EXIT, duration, list(job.samples), {}, job.problems)
+        summary.write(run_dir)
+        tags = {"horus.source": "dcgm", "horus.source_id": source_id, "horus.import.key": job.key,
+                "horus.import.gpu_model": job.model_name}
+        record = ProfilingRecord(spec, spec.features() if spec else None, None, "none (imported)", None, gpus, summary,
+                                 run_dir, tags, co_residents=(), run_name=f"imported-{job.key}")
+        logged[job.key] = log_profiling_run(settings, record)
+    return ImportReport(logged, already, dict(left_out or {}))
+
+
+def log_wrapped_run(settings: Settings, spec: JobSpec, features: GraphFeatures, summary: RunSummary, run_dir: Path) -> str:
+    """A profiling run for a command wrapped by ``horus run --job``: the GPUs NVML saw (none without a
+    driver) and, where their type is known, the champion's prediction for them."""
+    from horus_airflow.registry.predictor import load_predictor
+
+    visible = {g.index for g in nvml.discover_gpus()}
+    wanted = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if wanted is not None:
+        visible &= {int(p) for p in wanted.split(",") if p.strip().isdigit()}
+    gpus = tuple(
+        GpuState(f"{platform.node()}/{g.index}", platform.node(), g.index, gpu_type, float(g.memory_mib))
+        for g in nvml.discover_gpus() if g.index in visible and (gpu_type := gpu_type_from_nvml(g.name, g.memory_mib))
+    )
+    predicted, predictor = None, "none (no known GPU)"
+    if gpus:
+        demand = load_predictor(settings).predict(spec.display_name, features, spec.gpus, [gpu_spec(gpus[0].gpu_type)])
+        predicted, predictor = demand.on(gpus[0].gpu_type), demand.predictor
+    record = ProfilingRecord(spec, features, predicted, predictor, None, gpus, summary, run_dir, {"horus.source": "horus-run"}, co_residents=())
+    return log_profiling_run(settings, record)

@@ -1,8 +1,10 @@
 """``horus run``: run any training command, sample it, forward signals, keep its exit code.
 
-Writes ``samples.jsonl`` (one sample per interval) and ``summary.json`` into the output folder. GPU
-metrics are recorded only where NVML measured them; without NVML they are absent, never zero. A job
-may report its own metrics (e.g. throughput) as a JSON object in the file ``$HORUS_METRICS_FILE``.
+Writes into the output folder: ``samples.jsonl`` (appended and flushed every interval, so a wrapper
+that is killed leaves what it had), ``samples.parquet`` (the same, one row per sample and GPU) and
+``summary.json``. GPU metrics are recorded only where NVML measured them; without NVML they are
+absent, never zero. A job may report its own metrics (e.g. throughput) as a JSON object in the file
+``$HORUS_METRICS_FILE``.
 """
 
 from __future__ import annotations
@@ -14,28 +16,28 @@ import signal
 import subprocess
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Sequence
+from typing import IO, Sequence
 
 import psutil
 
 from horus_airflow.telemetry import nvml
+from horus_airflow.telemetry.samples import (
+    Sample,
+    read_samples,
+    samples_frame,
+    summarise_gpus,
+)
 
 log = logging.getLogger(__name__)
 
 METRICS_FILE_ENV = "HORUS_METRICS_FILE"
 SAMPLES_FILE = "samples.jsonl"
+SAMPLES_PARQUET = "samples.parquet"
 SUMMARY_FILE = "summary.json"
 _CANNOT_START = 127  # what a shell returns for a command it cannot run
-
-
-@dataclass(frozen=True)
-class Sample:
-    t_s: float
-    cpu_percent: float
-    host_rss_mib: float
-    gpus: list[nvml.GpuReading] = field(default_factory=list)
+UNKNOWN_EXIT = -1  # the wrapper died, or the telemetry was imported
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,11 @@ class RunSummary:
     gpu_util_p90: float | None = None
     gpu_util_max: float | None = None
     gpu_mem_mib_max: float | None = None
+    gpu_sm_active_mean: float | None = None
+    gpu_process_sm_util_mean: float | None = None
+    gpu_power_w_mean: float | None = None
+    co_resident_pids: list[int] = field(default_factory=list)
+    sample_problems: dict[str, int] = field(default_factory=dict)
     job_metrics: dict[str, float | str] = field(default_factory=dict)
 
     def measured_metrics(self) -> dict[str, float]:
@@ -68,20 +75,30 @@ class RunSummary:
 
     @classmethod
     def read(cls, folder: Path) -> "RunSummary | None":
-        """The summary a wrapped run left in ``folder``; None if it never got to write one."""
+        """The summary a wrapped run left in ``folder``. If the wrapper died before writing one, the
+        summary is rebuilt from the samples it had flushed (exit code unknown: -1); None without either."""
         path = folder / SUMMARY_FILE
-        return cls(**json.loads(path.read_text())) if path.is_file() else None
+        if path.is_file():
+            known = {f.name for f in fields(cls)}
+            return cls(**{k: v for k, v in json.loads(path.read_text()).items() if k in known})
+        if (folder / SAMPLES_FILE).is_file():
+            read = read_samples(folder / SAMPLES_FILE)
+            duration = read.samples[-1].t_s if read.samples else 0.0
+            return summarise(UNKNOWN_EXIT, duration, list(read.samples), job_metrics(folder / "job_metrics.json"), read.problems)
+        return None
 
     def write(self, folder: Path) -> None:
         (folder / SUMMARY_FILE).write_text(json.dumps(asdict(self), indent=2))
 
 
-def run(command: Sequence[str], out_dir: Path, interval_s: float = 0.2) -> RunSummary:
-    """Run ``command`` to completion under sampling; the summary is also written to ``out_dir``."""
+def run(command: Sequence[str], out_dir: Path, interval_s: float = 0.2, source: nvml.GpuSource | None = None) -> RunSummary:
+    """Run ``command`` to completion under sampling; the summary is also written to ``out_dir``.
+    ``source`` defaults to NVML on the visible GPUs, or none where NVML is missing."""
     out_dir.mkdir(parents=True, exist_ok=True)
     metrics_file = out_dir / "job_metrics.json"
     env = {**os.environ, METRICS_FILE_ENV: str(metrics_file)}
-    gpu_indices = _visible_gpu_indices() if nvml.init() else []
+    if source is None and nvml.init():
+        source = nvml.NvmlSource(_visible_gpu_indices())
     started = time.monotonic()
     try:
         child = subprocess.Popen(list(command), env=env)
@@ -93,22 +110,23 @@ def run(command: Sequence[str], out_dir: Path, interval_s: float = 0.2) -> RunSu
     previous = {sig: signal.signal(sig, lambda s, _f: child.send_signal(s)) for sig in (signal.SIGTERM, signal.SIGINT)}
     samples: list[Sample] = []
     stop = threading.Event()
-    sampler = threading.Thread(
-        target=_sample_until, args=(child.pid, gpu_indices, interval_s, started, stop, samples), daemon=True
-    )
-    sampler.start()
-    try:
-        code = child.wait()
-    finally:
-        stop.set()
-        sampler.join()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    with (out_dir / SAMPLES_FILE).open("w") as sink:
+        sampler = threading.Thread(
+            target=_sample_until, args=(child.pid, source, interval_s, started, stop, samples, sink), daemon=True
+        )
+        sampler.start()
+        try:
+            code = child.wait()
+        finally:
+            stop.set()
+            sampler.join()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            if source is not None:
+                source.close()
     duration = time.monotonic() - started
-    summary = _summarise(128 - code if code < 0 else code, duration, samples, bool(gpu_indices), metrics_file)
-    with (out_dir / SAMPLES_FILE).open("w") as handle:
-        for sample in samples:
-            handle.write(json.dumps(asdict(sample)) + "\n")
+    summary = summarise(128 - code if code < 0 else code, duration, samples, job_metrics(metrics_file))
+    samples_frame(samples).to_parquet(out_dir / SAMPLES_PARQUET, index=False)
     summary.write(out_dir)
     return summary
 
@@ -121,7 +139,8 @@ def _visible_gpu_indices() -> list[int]:
 
 
 def _sample_until(
-    pid: int, gpu_indices: list[int], interval_s: float, started: float, stop: threading.Event, out: list[Sample]
+    pid: int, source: nvml.GpuSource | None, interval_s: float, started: float, stop: threading.Event,
+    out: list[Sample], sink: IO[str],
 ) -> None:
     try:
         root = psutil.Process(pid)
@@ -141,38 +160,48 @@ def _sample_until(
                 rss += proc.memory_info().rss / (1024 * 1024)
             except psutil.NoSuchProcess:
                 continue
-        gpus = nvml.read_gpus(gpu_indices, {p.pid for p in family}) if gpu_indices else []
-        out.append(Sample(time.monotonic() - started, cpu, rss, gpus))
+        gpus = tuple(source.read({p.pid for p in family})) if source is not None else ()
+        sample = Sample(time.monotonic() - started, cpu, rss, gpus)
+        out.append(sample)
+        sink.write(sample.to_json() + "\n")
+        sink.flush()
 
 
-def _summarise(code: int, duration: float, samples: list[Sample], gpu_measured: bool, metrics_file: Path) -> RunSummary:
-    job_metrics: dict[str, float | str] = {}
-    if metrics_file.is_file():
-        try:
-            job_metrics = json.loads(metrics_file.read_text())
-        except json.JSONDecodeError:
-            log.warning("ignoring %s: not valid JSON", metrics_file)
+def job_metrics(metrics_file: Path) -> dict[str, float | str]:
+    """What the job reported about itself (e.g. throughput); {} when nothing or garbage."""
+    if not metrics_file.is_file():
+        return {}
+    try:
+        reported = json.loads(metrics_file.read_text())
+    except json.JSONDecodeError:
+        log.warning("ignoring %s: not valid JSON", metrics_file)
+        return {}
+    return reported if isinstance(reported, dict) else {}
+
+
+def summarise(
+    code: int, duration: float, samples: list[Sample], reported: dict[str, float | str], problems: dict[str, int] | None = None
+) -> RunSummary:
     # The first CPU reading of each process is always 0 (psutil primes its counter), so skip it.
-    cpu = [s.cpu_percent for s in samples[1:]]
-    utils = sorted(r.util for s in samples for r in s.gpus)
-    gpu_mem = [r.process_mem_mib or r.mem_used_mib for s in samples for r in s.gpus]
+    cpu = [s.cpu_percent for s in samples[1:] if s.cpu_percent is not None]
+    rss = [s.host_rss_mib for s in samples if s.host_rss_mib is not None]
+    gpu = summarise_gpus(samples)
     return RunSummary(
         exit_code=code,
         duration_s=duration,
         samples=len(samples),
-        gpu_measured=gpu_measured and bool(utils),
+        gpu_measured=gpu.util_mean is not None,
         cpu_percent_mean=sum(cpu) / len(cpu) if cpu else None,
-        host_rss_mib_max=max((s.host_rss_mib for s in samples), default=None),
-        gpu_util_mean=sum(utils) / len(utils) if utils else None,
-        gpu_util_p50=_quantile(utils, 0.5),
-        gpu_util_p90=_quantile(utils, 0.9),
-        gpu_util_max=utils[-1] if utils else None,
-        gpu_mem_mib_max=max(gpu_mem, default=None),
-        job_metrics=job_metrics,
+        host_rss_mib_max=max(rss, default=None),
+        gpu_util_mean=gpu.util_mean,
+        gpu_util_p50=gpu.util_p50,
+        gpu_util_p90=gpu.util_p90,
+        gpu_util_max=gpu.util_max,
+        gpu_mem_mib_max=gpu.mem_mib_max,
+        gpu_sm_active_mean=gpu.sm_active_mean,
+        gpu_process_sm_util_mean=gpu.process_sm_util_mean,
+        gpu_power_w_mean=gpu.power_w_mean,
+        co_resident_pids=list(gpu.co_resident_pids),
+        sample_problems=dict(problems or {}),
+        job_metrics=reported,
     )
-
-
-def _quantile(ordered: list[float], q: float) -> float | None:
-    if not ordered:
-        return None
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
