@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -187,8 +187,9 @@ def _why_not_usable(run: Run, seen_sources: dict[str, str]) -> str:
     return ""
 
 
-def _job_key(params: dict[str, str], tags: dict[str, str]) -> tuple[str, str]:
-    label = f"{params.get('job.model')}:{params.get('job.batch_size')}{':amp' if params.get('job.precision') == 'amp' else ''}@{params.get('job.dataset')}"
+def _job_key(features: GraphFeatures, tags: dict[str, str]) -> tuple[str, str]:
+    """The same job on the same GPU type: its workload as ``MODEL:BATCH[:amp]@DATASET``, and the GPU type."""
+    label = f"{features.model}:{features.batch_size}{':amp' if features.precision == 'amp' else ''}@{features.dataset}"
     return label, tags.get("horus.gpu_type", "")
 
 
@@ -201,7 +202,8 @@ def _pairs(sides: list[dict[str, Any]], alone_rows: list[dict[str, Any]], runs: 
         run = by_id[row["origin_ref"]]
         value = run.data.metrics.get(THROUGHPUT_METRIC)
         if value is not None and math.isfinite(value) and value > 0:
-            alone.setdefault(_job_key(run.data.params, run.data.tags), []).append(value)
+            features = GraphFeatures.from_mapping({k: row[k] for k in (f.name for f in fields(GraphFeatures))})
+            alone.setdefault(_job_key(features, run.data.tags), []).append(value)
     groups: dict[str, list[dict[str, Any]]] = {}
     aside = []
     for side in sides:
@@ -216,7 +218,7 @@ def _pairs(sides: list[dict[str, Any]], alone_rows: list[dict[str, Any]], runs: 
             aside.extend({"run_id": m["run_id"], "reason": f"pair {pair_id} has {len(members)} usable runs, not 2"} for m in members)
             continue
         for me, other in (members, members[::-1]):
-            key = _job_key(me["params"], me["tags"])
+            key = _job_key(me["features"], me["tags"])
             together = me["metrics"].get(THROUGHPUT_METRIC)
             if together is None or not math.isfinite(together) or together <= 0:
                 aside.append({"run_id": me["run_id"], "reason": "no throughput reported: the speed in the pair is unknown"})
@@ -230,8 +232,8 @@ def _pairs(sides: list[dict[str, Any]], alone_rows: list[dict[str, Any]], runs: 
 
 def _pair_row(me: dict[str, Any], other: dict[str, Any], speed: float) -> dict[str, Any]:
     row: dict[str, Any] = {
-        "gpu_type": me["tags"]["horus.gpu_type"], "job_a": _job_key(me["params"], me["tags"])[0],
-        "job_b": _job_key(other["params"], other["tags"])[0], "family_a": me["features"].family,
+        "gpu_type": me["tags"]["horus.gpu_type"], "job_a": _job_key(me["features"], me["tags"])[0],
+        "job_b": _job_key(other["features"], other["tags"])[0], "family_a": me["features"].family,
         "family_b": other["features"].family, "speed_a": speed, "fits": True,
     }
     for side, run in (("a", me), ("b", other)):

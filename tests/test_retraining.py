@@ -1,0 +1,187 @@
+"""Retraining from profiling runs: extraction with its reasons, pairs, the promotion policy, and the DAGs.
+
+The "measured" profiling runs here are the shipped seed rows (measured by Alnair and Muri) logged as
+profiling runs, so the models are judged against real measurements, never against themselves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields, replace
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from horus_airflow.features.gpus import gpu_spec
+from horus_airflow.features.graph import GraphFeatures
+from horus_airflow.placement import GpuState
+from horus_airflow.predictor.dataset import ValidatedData, read_training_data
+from horus_airflow.registry import retraining as R
+from horus_airflow.registry.predictor import champion_version, train_predictor
+from horus_airflow.registry.profiling import ProfilingRecord, log_profiling_run
+from horus_airflow.settings import Settings
+from horus_airflow.telemetry import RunSummary
+from tests.conftest import DAGS_FOLDER, REPO, load_dag_file
+
+SEED = REPO / "data" / "predictor_seed" / "predictor_seed.csv"
+POLICY = REPO / "model_registry" / "promotion_policy.yaml"
+FEATURES = [f.name for f in fields(GraphFeatures)]
+
+
+def seed_rows() -> pd.DataFrame:
+    return read_training_data(SEED).rows
+
+
+def scramble(rows: pd.DataFrame) -> pd.DataFrame:
+    """The same rows with utilization targets shuffled: what a champion trained on a broken export learns."""
+    order = rows.sample(frac=1.0, random_state=3).index
+    return rows.assign(gpu_util=rows.loc[order, "gpu_util"].to_numpy(), gpu_util_p90=rows.loc[order, "gpu_util_p90"].to_numpy())
+
+
+def _optional(value: object) -> float | None:
+    return None if pd.isna(value) else float(value)  # type: ignore[arg-type]
+
+
+def log_measured(settings: Settings, rows: pd.DataFrame, tmp: Path, **changes: object) -> list[str]:
+    """Each row becomes a profiling run with its features and its measured targets."""
+    ids = []
+    for i, row in rows.reset_index(drop=True).iterrows():
+        features = GraphFeatures.from_mapping(row[FEATURES].to_dict())
+        summary = RunSummary(0, 10.0, 50, True, 100.0, 1000.0, gpu_util_mean=_optional(row.gpu_util),
+                             gpu_util_p90=_optional(row.gpu_util_p90), gpu_mem_mib_max=_optional(row.gpu_mem_mib))
+        gpu = GpuState("n/0", "n", 0, row.gpu_type, gpu_spec(row.gpu_type).memory_mib)
+        record = ProfilingRecord(None, features, None, "prior", None, (gpu,), summary, tmp / f"{i}-{len(ids)}", {}, co_residents=())
+        record = replace(record, **changes)  # type: ignore[arg-type]
+        record.run_dir.mkdir(parents=True, exist_ok=True)
+        ids.append(log_profiling_run(settings, record))
+    return ids
+
+
+def test_extraction_sets_aside_what_it_cannot_learn_from_and_keeps_every_good_row(horus_home: Path, tmp_path: Path) -> None:
+    settings = Settings.from_env()
+    rows = seed_rows()
+    good = log_measured(settings, rows.head(6), tmp_path)
+    row = rows.head(1)
+    no_gpu = log_measured(settings, row, tmp_path, summary=RunSummary(0, 1.0, 5, False, 50.0, 10.0))
+    no_features = log_measured(settings, row, tmp_path, features=None)
+    failed = log_measured(settings, row, tmp_path, summary=RunSummary(1, 1.0, 5, True, 50.0, 10.0, gpu_util_mean=40.0))
+    dup = log_measured(settings, row, tmp_path, context_tags={"horus.source_id": "export-1/pod-a"})
+    dup += log_measured(settings, row, tmp_path, context_tags={"horus.source_id": "export-1/pod-a"})
+    negative = log_measured(settings, row, tmp_path, summary=RunSummary(0, 1.0, 5, True, 50.0, 10.0, gpu_util_mean=-3.0))
+    extracted = R.extract(R.all_profiling_runs(settings))
+    reasons = dict(zip(extracted.set_aside["run_id"], extracted.set_aside["reason"]))
+    assert reasons[no_gpu[0]].startswith("no GPU measured")
+    assert reasons[no_features[0]].startswith("run without features")
+    assert reasons[failed[0]].startswith("run failed")
+    assert reasons[dup[1]].startswith(f"duplicate of run {dup[0]}") and dup[0] not in reasons
+    assert extracted.runs_read == 12 and len(extracted.predictor_rows) == 8  # 6 good, the first duplicate, the negative
+    data = R.build_predictor_data(rows.iloc[:0], extracted.predictor_rows)
+    assert set(good) | {dup[0]} <= set(data.rows["origin_ref"])
+    assert data.rejected.set_index("origin_ref").loc[negative[0], "reason"] == "gpu_util outside 0-100"
+
+
+def test_pairs_compare_throughput_together_with_the_same_job_alone(horus_home: Path, tmp_path: Path) -> None:
+    settings = Settings.from_env()
+    two = seed_rows().drop_duplicates("family").head(2)
+    throughput = {0: (100.0, 60.0), 1: (50.0, 40.0)}  # (alone, together) samples/s: test inputs for the arithmetic
+    for i, (_, row) in enumerate(two.iterrows()):
+        alone, together = throughput[i]
+        for tags, value, residents in (({}, alone, ()), ({"horus.pair_id": "p1"}, together, (f"partner-{i}",))):
+            summary = RunSummary(0, 10.0, 50, True, 100.0, 1.0, gpu_util_mean=50.0, job_metrics={"throughput_samples_per_s": value})
+            log_measured(settings, two.iloc[[i]], tmp_path, summary=summary, context_tags=tags, co_residents=residents)
+    extracted = R.extract(R.all_profiling_runs(settings))
+    assert len(extracted.predictor_rows) == 2 and len(extracted.pairs) == 2
+    speeds = sorted(extracted.pairs["speed_a"].round(3))
+    assert speeds == [0.6, 0.8]
+    assert set(extracted.pairs["family_a"]) == set(two["family"].astype(str))
+
+
+def test_a_worse_challenger_is_not_promoted(horus_home: Path, tmp_path: Path) -> None:
+    settings = Settings.from_env()
+    rows = seed_rows()
+    train_predictor(settings, ValidatedData(rows, rows.iloc[:0]), "seed")  # v1 champion, has seen every row
+    log_measured(settings, rows, tmp_path)
+    policy = R.PromotionPolicy.load(POLICY)
+    data = R.build_predictor_data(rows.iloc[:0], R.extract(R.all_profiling_runs(settings)).predictor_rows)
+    comparison = R.compare_predictor(settings, data, policy.predictor, "test")
+    assert comparison.challenger_version == "2" and not comparison.passed, comparison.table()
+    assert R.promote_if_passed(settings, comparison) is False
+    assert champion_version(settings) == "1"
+
+
+def test_a_better_challenger_is_promoted(horus_home: Path, tmp_path: Path) -> None:
+    settings = Settings.from_env()
+    rows = seed_rows()
+    scrambled = scramble(rows)
+    train_predictor(settings, ValidatedData(scrambled, rows.iloc[:0]), "a champion trained on scrambled labels")
+    log_measured(settings, rows, tmp_path)
+    policy = R.PromotionPolicy.load(POLICY)
+    data = R.build_predictor_data(rows.iloc[:0], R.extract(R.all_profiling_runs(settings)).predictor_rows)
+    comparison = R.compare_predictor(settings, data, policy.predictor, "test")
+    assert comparison.passed, comparison.table()
+    assert comparison.challenger_metrics["gpu_util_rmsle"] < comparison.champion_metrics["gpu_util_rmsle"]
+    assert R.promote_if_passed(settings, comparison) is True
+    assert champion_version(settings) == "2"
+
+
+def test_a_registry_that_goes_away_before_promotion_leaves_the_champion(horus_home: Path, tmp_path: Path) -> None:
+    from mlflow.exceptions import MlflowException
+
+    settings = Settings.from_env()
+    rows = seed_rows()
+    train_predictor(settings, ValidatedData(rows, rows.iloc[:0]), "seed")
+    passing = R.Comparison("horus-gpu-utilization", "1", "prior", 20, ("x",), {}, {}, True, "test")
+    gone = replace(settings, mlflow_tracking_uri="http://127.0.0.1:9")
+    with pytest.raises((MlflowException, OSError)):
+        R.promote_if_passed(gone, replace(passing, challenger_version="5"))
+    assert champion_version(settings) == "1"
+
+
+def test_a_policy_file_that_does_not_work_says_what_it_needs(tmp_path: Path) -> None:
+    bad = tmp_path / "policy.yaml"
+    bad.write_text("horus-gpu-utilization: {min_heldout_rows: 3}\n")
+    with pytest.raises(R.PromotionPolicyError, match="needs 'horus-gpu-utilization' and 'horus-interference'"):
+        R.PromotionPolicy.load(bad)
+
+
+@pytest.mark.airflow
+def test_the_retraining_dag_promotes_skips_when_nothing_is_new_and_fails_safely(
+    airflow_db: Path, horus_home: Path, tmp_path: Path
+) -> None:
+    settings = Settings.from_env()
+    rows = seed_rows()
+    scrambled = scramble(rows)
+    train_predictor(settings, ValidatedData(scrambled, rows.iloc[:0]), "scrambled champion")
+    log_measured(settings, rows, tmp_path)
+    def fresh_dag():  # type: ignore[no-untyped-def]  # dag.test(run_conf=...) leaves the conf on the DAG object
+        return load_dag_file(DAGS_FOLDER / "horus_retrain_predictor.py").dag
+
+    broken = fresh_dag().test(run_conf={"policy": "model_registry/no-such-policy.yaml"})
+    assert str(broken.state) == "failed"
+    states = {ti.task_id: str(ti.state) for ti in broken.get_task_instances()}
+    assert states["retrain_predictor"] == "failed" and states["promote"] == "upstream_failed"
+    assert champion_version(settings) == "1"  # a run that failed half-way changed nothing
+
+    run = fresh_dag().test()
+    assert str(run.state) == "success"
+    states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
+    assert states["retrain_interference"] == "skipped"  # no co-located profiling run
+    assert champion_version(settings) == "2"  # the failed run stopped before registering anything
+
+    again = fresh_dag().test()
+    states = {ti.task_id: str(ti.state) for ti in again.get_task_instances()}
+    assert states["extract"] == "skipped" and champion_version(settings) == "2"
+
+
+@pytest.mark.airflow
+def test_the_profiling_dag_profiles_alone_and_in_pairs(airflow_db: Path, horus_home: Path) -> None:
+    dag = load_dag_file(DAGS_FOLDER / "horus_profile_models.py").dag
+    run = dag.test(run_conf={"workloads": ["mlp:16@mnist"], "pairs": ["mlp:16@mnist+mlp:32@mnist"], "steps": 3})
+    assert str(run.state) == "success", [(ti.task_id, ti.state) for ti in run.get_task_instances()]
+    runs = R.all_profiling_runs(Settings.from_env())
+    assert len(runs) == 3
+    paired = [r for r in runs if r.data.tags.get("horus.pair_id")]
+    assert len(paired) == 2 and len({r.data.tags["horus.pair_id"] for r in paired}) == 1
+    assert all(r.data.tags["horus.co_residents"] for r in paired)
+    extracted = R.extract(runs)  # no GPU here: every run is kept in MLflow and set aside for training, with why
+    assert set(extracted.set_aside["reason"]) == {"no GPU measured (NVML absent or declared GPU)"}
