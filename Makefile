@@ -26,8 +26,8 @@ $(STAMP): requirements.txt pyproject.toml
 # Without an NVIDIA GPU the demo declares two A100s for placement; the jobs then train on the CPU.
 demo: export HORUS_LOCAL_GPUS ?= 2xa100-80gb
 demo: $(STAMP)
-	$(BIN)/horus demo --dags-folder dags --seed-data data/predictor_seed/predictor_seed.csv \
-		--interference-data data/interference_seed/gavel_pairs.csv
+	$(BIN)/python model_registry/bootstrap.py
+	$(BIN)/horus demo --dags-folder dags
 
 # Every placement profile on Philly traces with measured ground truth (docs/EVALUATION.md), about 6 min.
 evaluate: $(STAMP)

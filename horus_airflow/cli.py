@@ -110,8 +110,8 @@ def main(argv: list[str] | None = None) -> int:
 
     demo = sub.add_parser("demo", help="run the example DAG on the embedded stack and print a summary")
     demo.add_argument("--dags-folder", type=Path, default=Path("dags"))
-    demo.add_argument("--seed-data", type=Path, help="train and register a first predictor from this CSV if none is champion")
-    demo.add_argument("--interference-data", type=Path, help="likewise a first interference model from these pairs")
+    demo.add_argument("--seed-data", type=Path, help="first predictor's data if none is champion (default: the shipped seed)")
+    demo.add_argument("--interference-data", type=Path, help="likewise for the interference model (default: the shipped pairs)")
 
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -163,6 +163,7 @@ def _telemetry(args: argparse.Namespace) -> int:
         if not sep:
             raise dcgm.TelemetryImportError(f"--job {item!r}: expected KEY=MODEL:BATCH[:amp][@DATASET]")
         specs[key] = JobSpec.parse(spec)
+        specs[key].features()  # an unknown model is refused before anything is imported
     series = dcgm.parse(text, args.format or dcgm.guess_format(text), args.interval)
     jobs, left_out = dcgm.group_jobs(series, args.group_by)
     settings = Settings.from_env()

@@ -9,17 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from horus_airflow.predictor.dataset import read_training_data
-from horus_airflow.interference.pairs import read_pairs
-from horus_airflow.registry import (
-    INTERFERENCE_MODEL,
-    PREDICTOR_MODEL,
-    champion_version,
-    profiling_runs,
-    train_interference,
-    train_predictor,
-    versions,
-)
+from horus_airflow.registry import profiling_runs
+from horus_airflow.registry.bootstrap import bootstrap
 from horus_airflow.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -40,47 +31,10 @@ def prepare_airflow(settings: Settings, dags_folder: Path) -> None:
         raise RuntimeError(f"'airflow db migrate' failed (exit {done.returncode}); see {migrate_log}")
 
 
-def ensure_champion(settings: Settings, seed_data: Path | None) -> None:
-    """A first champion from the shipped seed data, so the demo predicts with a trained model."""
-    existing = champion_version(settings)
-    if existing is not None:
-        print(f"predictor: {PREDICTOR_MODEL} version {existing} is champion")
-        return
-    if seed_data is None:
-        print("predictor: no champion registered and no seed data given; the analytic prior predicts")
-        return
-    outcome = train_predictor(settings, read_training_data(seed_data), str(seed_data))
-    util = outcome.evaluation.overall("gpu_util")
-    print(
-        f"predictor: trained on {seed_data} and registered {PREDICTOR_MODEL} version {outcome.version} as "
-        f"{', '.join(outcome.aliases)}; held-out-family utilization RMSLE {util.model.rmsle:.3f} "
-        f"(analytic prior {util.prior.rmsle:.3f}), MLflow run {outcome.run_id}"
-    )
-
-
-def ensure_interference_champion(settings: Settings, pairs: Path | None) -> None:
-    """A first learned interference model from the shipped co-location pairs."""
-    existing = versions.champion_version(settings, INTERFERENCE_MODEL)
-    if existing is not None:
-        print(f"interference: {INTERFERENCE_MODEL} version {existing} is champion")
-        return
-    if pairs is None:
-        print("interference: no champion registered and no pairs given; horus-ml falls back to the default proxy curve")
-        return
-    outcome = train_interference(settings, read_pairs(pairs), str(pairs))
-    pooled = {s.scheme: s for s in outcome.scores if s.held_out == "all"}
-    print(
-        f"interference: trained on {pairs} and registered {INTERFERENCE_MODEL} version {outcome.version} as "
-        f"{', '.join(outcome.aliases)}; unseen job types MAE {pooled['job type'].learned_mae:.3f} "
-        f"(proxy {pooled['job type'].proxy_mae:.3f}), unseen GPU types MAE {pooled['GPU type'].learned_mae:.3f} "
-        f"(proxy {pooled['GPU type'].proxy_mae:.3f})"
-    )
-
-
 def run_demo(settings: Settings, dags_folder: Path, seed_data: Path | None = None, pairs: Path | None = None) -> int:
     prepare_airflow(settings, dags_folder)
-    ensure_champion(settings, seed_data)
-    ensure_interference_champion(settings, pairs)
+    for step in bootstrap(settings, seed_data, pairs):
+        print(f"{step.model}: {step.message}")
     dag_file = dags_folder / f"{DEMO_DAG_ID}.py"
     spec = importlib.util.spec_from_file_location(DEMO_DAG_ID, dag_file)
     if spec is None or spec.loader is None:

@@ -185,3 +185,17 @@ def test_the_profiling_dag_profiles_alone_and_in_pairs(airflow_db: Path, horus_h
     assert all(r.data.tags["horus.co_residents"] for r in paired)
     extracted = R.extract(runs)  # no GPU here: every run is kept in MLflow and set aside for training, with why
     assert set(extracted.set_aside["reason"]) == {"no GPU measured (NVML absent or declared GPU)"}
+
+
+def test_bootstrap_seeds_both_models_once_with_their_cards(horus_home: Path) -> None:
+    from horus_airflow.registry.bootstrap import bootstrap
+    from horus_airflow.registry.store import client
+
+    settings = Settings.from_env()
+    first = bootstrap(settings)
+    assert [(s.model, s.champion, s.trained) for s in first] == [("horus-gpu-utilization", "1", True), ("horus-interference", "1", True)]
+    again = bootstrap(settings)
+    assert [s.trained for s in again] == [False, False]
+    registered = client(settings).get_registered_model("horus-gpu-utilization")
+    assert registered.description.startswith("# horus-gpu-utilization — model card")
+    assert "held-out-family utilization RMSLE" in client(settings).get_model_version("horus-gpu-utilization", "1").description

@@ -8,8 +8,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
-from horus_airflow.telemetry import RunSummary, run
+import pandas as pd
+import pytest
+
+from horus_airflow.telemetry import GpuReading, RunSummary, Sample, read_samples, run
 
 
 def test_exit_code_samples_and_job_metrics_are_kept(tmp_path: Path) -> None:
@@ -62,3 +66,147 @@ def test_a_command_that_cannot_start_is_reported_not_crashed(tmp_path: Path) -> 
     assert summary.exit_code == 127
     assert "nonexistent" in str(summary.job_metrics["error"])
     assert RunSummary.read(tmp_path).exit_code == 127
+
+
+# --- samples, sources and files cut short ---------------------------------------------------------
+class ScriptedGpus:
+    """A TEST DOUBLE of a GPU source: readings scripted per call, the watched pids recorded."""
+
+    def __init__(self, readings: list[list[GpuReading]]) -> None:
+        self.readings, self.calls, self.closed = readings, 0, False
+        self.pids: list[set[int]] = []
+
+    def read(self, pids: set[int]) -> list[GpuReading]:
+        self.pids.append(pids)
+        self.calls += 1
+        return self.readings[min(self.calls - 1, len(self.readings) - 1)]
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_gpu_readings_summarise_and_land_in_parquet(tmp_path: Path) -> None:
+    source = ScriptedGpus([
+        [GpuReading(0, 40.0, 1000.0, 900.0, 150.0, 20.0, 35.0, 30.0, 10.0, (4242,))],
+        [GpuReading(0, 80.0, 2000.0, 1900.0, 250.0, 30.0, None, None, None, ())],
+    ])
+    summary = run([sys.executable, "-c", "import time; time.sleep(0.6)"], tmp_path, interval_s=0.1, source=source)
+    assert source.closed and source.pids and all(source.pids)
+    assert summary.gpu_measured and summary.gpu_util_max == 80.0 and summary.gpu_mem_mib_max == 1900.0
+    assert summary.gpu_sm_active_mean == 35.0  # absent readings are left out of the mean, not read as zero
+    assert summary.co_resident_pids == [4242]
+    frame = pd.read_parquet(tmp_path / "samples.parquet")
+    assert len(frame) == summary.samples and frame["sm_active"].isna().sum() == summary.samples - 1
+
+
+def test_a_file_cut_short_or_with_bad_values_keeps_every_good_sample(tmp_path: Path) -> None:
+    good = Sample(0.2, 10.0, 100.0, (GpuReading(0, 50.0, 1000.0),)).to_json()
+    nan = json.dumps({"t_s": 0.4, "cpu_percent": 10.0, "host_rss_mib": 100.0, "gpus": [{"index": 0, "util": float("nan"), "mem_used_mib": -5}]})
+    (tmp_path / "samples.jsonl").write_text("\n".join([good, nan, good, good[: len(good) // 2]]))
+    read = read_samples(tmp_path / "samples.jsonl")
+    assert len(read.samples) == 3
+    assert read.problems == {"util NaN, infinite or negative": 1, "mem_used_mib NaN, infinite or negative": 1,
+                             "unreadable line (cut short or garbled)": 1}
+    assert read.samples[1].gpus[0].util is None and read.samples[1].gpus[0].mem_used_mib is None
+    rebuilt = RunSummary.read(tmp_path)  # the wrapper died before writing summary.json
+    assert rebuilt is not None and rebuilt.exit_code == -1 and rebuilt.samples == 3 and rebuilt.gpu_util_mean == 50.0
+    assert rebuilt.sample_problems["unreadable line (cut short or garbled)"] == 1
+
+
+def test_nvml_source_records_what_the_gpu_offers_and_nothing_else(monkeypatch: pytest.MonkeyPatch) -> None:
+    """NVML itself is replaced by a TEST DOUBLE (no GPU here): GPM unsupported, no per-process history."""
+    import pynvml
+
+    from horus_airflow.telemetry import nvml
+
+    proc = lambda pid, mib: SimpleNamespace(pid=pid, usedGpuMemory=mib * 1024 * 1024)  # noqa: E731
+    fake = {
+        "nvmlDeviceGetHandleByIndex": lambda i: f"gpu{i}",
+        "nvmlGpmQueryDeviceSupport": lambda h: SimpleNamespace(isSupportedDevice=0),
+        "nvmlDeviceGetUtilizationRates": lambda h: SimpleNamespace(gpu=77, memory=31),
+        "nvmlDeviceGetMemoryInfo": lambda h: SimpleNamespace(used=3000 * 1024 * 1024, total=81920 * 1024 * 1024),
+        "nvmlDeviceGetComputeRunningProcesses": lambda h: [proc(10, 1000), proc(11, 500), proc(99, 1200)],
+        "nvmlDeviceGetPowerUsage": lambda h: 210_500,
+        "nvmlDeviceGetProcessUtilization": lambda h, ts: (_ for _ in ()).throw(pynvml.NVMLError_NotFound()),
+    }
+    for name, fn in fake.items():
+        monkeypatch.setattr(pynvml, name, fn)
+    [reading] = nvml.NvmlSource([0]).read({10, 11})
+    assert reading.util == 77.0 and reading.mem_util == 31.0 and reading.power_w == 210.5
+    assert reading.process_mem_mib == 1500.0 and reading.co_resident_pids == (99,)
+    assert reading.sm_active is None and reading.process_sm_util is None
+
+
+# --- DCGM exporter / Prometheus imports ----------------------------------------------------------
+LABELS = 'gpu="0",UUID="GPU-1",modelName="NVIDIA A100-SXM4-80GB",Hostname="node-1",pod="{pod}",namespace="ml"'
+
+
+def _scrapes(values: list[tuple[str, str, float | str]]) -> str:
+    return "\n".join(f"{metric}{{{LABELS.format(pod=pod)}}} {value}" for metric, pod, value in values)
+
+
+def test_prometheus_text_scrapes_become_jobs_with_bad_values_counted() -> None:
+    from horus_airflow.telemetry import dcgm
+
+    text = "# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization.\n" + _scrapes([
+        ("DCGM_FI_DEV_GPU_UTIL", "train-a", 80), ("DCGM_FI_DEV_FB_USED", "train-a", 20000),
+        ("DCGM_FI_DEV_FB_FREE", "train-a", 61920), ("DCGM_FI_PROF_SM_ACTIVE", "train-a", 0.7),
+        ("DCGM_FI_DEV_GPU_UTIL", "train-a", "NaN"), ("DCGM_FI_DEV_FB_USED", "train-a", 21000),
+        ("DCGM_FI_DEV_GPU_UTIL", "train-a", 90), ("DCGM_FI_DEV_GPU_UTIL", "", 0), ("DCGM_FI_DEV_XID_ERRORS", "train-a", 0),
+    ])
+    jobs, left_out = dcgm.group_jobs(dcgm.parse(text, "prometheus-text", interval_s=2.0))
+    [job] = jobs
+    assert job.key == "train-a" and job.model_name == "NVIDIA A100-SXM4-80GB" and job.memory_mib == 81920 + 1000
+    assert [s.t_s for s in job.samples] == [0.0, 2.0, 4.0]
+    assert [s.gpus[0].util for s in job.samples] == [80.0, None, 90.0]
+    assert job.samples[0].gpus[0].sm_active == pytest.approx(70.0)
+    assert job.problems == {"util NaN, infinite or negative": 1}
+    assert left_out == {"series without label 'pod'": 1, "metric DCGM_FI_DEV_XID_ERRORS not read": 1}
+
+
+def test_prometheus_api_answers_parse_and_bad_exports_say_what_is_expected() -> None:
+    from horus_airflow.telemetry import dcgm
+
+    answer = {"status": "success", "data": {"resultType": "matrix", "result": [
+        {"metric": {"__name__": "DCGM_FI_DEV_GPU_UTIL", "gpu": "1", "pod": "p", "modelName": "Tesla V100-SXM2-32GB"},
+         "values": [[1700000000, "55"], [1700000015, "65"]]},
+    ]}}
+    [job], _ = dcgm.group_jobs(dcgm.parse(json.dumps(answer), "prometheus-json"))
+    assert job.gpu_indices == (1,) and [s.t_s for s in job.samples] == [0.0, 15.0]
+    with pytest.raises(dcgm.TelemetryImportError, match="resultType 'scalar'"):
+        dcgm.parse(json.dumps({"data": {"resultType": "scalar", "result": []}}), "prometheus-json")
+    with pytest.raises(dcgm.TelemetryImportError, match="accepted: prometheus-json, prometheus-text"):
+        dcgm.parse("x", "csv")
+
+
+def test_an_import_logs_each_job_once(horus_home: Path, tmp_path: Path) -> None:
+    from horus_airflow.cli import main
+    from horus_airflow.registry.retraining import all_profiling_runs
+    from horus_airflow.settings import Settings
+
+    export = tmp_path / "scrapes.txt"
+    export.write_text(_scrapes([("DCGM_FI_DEV_GPU_UTIL", "train-a", 70), ("DCGM_FI_DEV_GPU_UTIL", "train-b", 30),
+                                ("DCGM_FI_DEV_GPU_UTIL", "train-a", 90), ("DCGM_FI_DEV_GPU_UTIL", "train-b", 50)]))
+    assert main(["telemetry", "import", str(export), "--job", "train-a=resnet18:32@cifar10"]) == 0
+    assert main(["telemetry", "import", str(export), "--job", "train-a=resnet18:32@cifar10"]) == 0  # again: nothing new
+    runs = {r.data.tags["horus.import.key"]: r for r in all_profiling_runs(Settings.from_env())}
+    assert set(runs) == {"train-a", "train-b"}
+    a, b = runs["train-a"], runs["train-b"]
+    assert a.info.status == "FINISHED" and a.data.metrics["gpu_util_mean"] == 80.0 and a.data.tags["horus.gpu_type"] == "a100-80gb"
+    assert a.data.params["job.model"] == "resnet18" and "feature.train_flops" in a.data.params
+    assert "feature.train_flops" not in b.data.params  # kept without features; retraining sets it aside
+    assert main(["telemetry", "import", str(export), "--job", "train-a=resnt18:32"]) == 2  # a typo is refused
+
+
+def test_horus_run_with_a_job_logs_a_profiling_run(horus_home: Path, tmp_path: Path) -> None:
+    from horus_airflow.registry.retraining import all_profiling_runs
+    from horus_airflow.settings import Settings
+
+    done = subprocess.run([sys.executable, "-m", "horus_airflow.cli", "run", "--out", str(tmp_path / "out"), "--job", "mlp:8@mnist",
+                           "--", sys.executable, "-c", "pass"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    [logged] = all_profiling_runs(Settings.from_env())
+    assert logged.data.params["job.model"] == "mlp" and logged.data.tags["horus.gpu_measured"] == "false"
+    refused = subprocess.run([sys.executable, "-m", "horus_airflow.cli", "run", "--job", "mlp", "--", "touch", str(tmp_path / "ran")],
+                             capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2 and not (tmp_path / "ran").exists()  # bad input: the command never ran

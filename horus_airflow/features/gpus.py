@@ -78,6 +78,8 @@ def gpu_type_from_nvml(product_name: str, memory_mib: int) -> str | None:
     for hint, family in _NVML_NAME_HINTS:
         if hint in lowered:
             if family == "a100":
+                if "80gb" in lowered or "40gb" in lowered:  # the product name says it; memory may be unknown (0)
+                    return "a100-80gb" if "80gb" in lowered else "a100-40gb"
                 return "a100-80gb" if memory_mib > 50_000 else "a100-40gb"
             return family
     return None
