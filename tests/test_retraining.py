@@ -199,3 +199,20 @@ def test_bootstrap_seeds_both_models_once_with_their_cards(horus_home: Path) -> 
     registered = client(settings).get_registered_model("horus-gpu-utilization")
     assert registered.description.startswith("# horus-gpu-utilization — model card")
     assert "held-out-family utilization RMSLE" in client(settings).get_model_version("horus-gpu-utilization", "1").description
+
+
+def test_the_campaign_runs_end_to_end_without_a_gpu_and_says_so(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "profile_campaign.py"), "--out", str(tmp_path / "out"), "--home", str(tmp_path / "home"),
+         "--models", "mlp", "--steps", "2", "--pairs", "1"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "NO GPU DATA WAS PRODUCED" in done.stdout
+    report = json.loads((tmp_path / "out" / "campaign.json").read_text())
+    assert report["jobs_done"] == 2 and report["pairs_run"] == 1 and report["gpu_data_produced"] is False
+    assert report["set_aside"] == 4 and report["predictor_rows"] == 0
