@@ -57,7 +57,11 @@ with DAG(
 
     @task
     def extract(params: dict[str, Any] | None = None) -> dict[str, Any]:
-        from horus_airflow.registry.retraining import all_profiling_runs, extract as extract_runs, last_retraining_until_ms
+        from horus_airflow.registry.retraining import (
+            all_profiling_runs,
+            last_retraining_until_ms,
+        )
+        from horus_airflow.registry.retraining import extract as extract_runs
         from horus_airflow.settings import Settings
 
         settings = Settings.from_env()
@@ -107,7 +111,10 @@ with DAG(
         import pandas as pd
 
         from horus_airflow.interference.pairs import read_pairs
-        from horus_airflow.registry.retraining import PromotionPolicy, compare_interference
+        from horus_airflow.registry.retraining import (
+            PromotionPolicy,
+            compare_interference,
+        )
         from horus_airflow.settings import Settings
 
         if not extracted["pairs"]:

@@ -26,7 +26,6 @@ from horus_airflow.registry import (
     log_profiling_run,
 )
 from horus_airflow.settings import Settings
-from horus_airflow.telemetry import RunSummary
 
 log = logging.getLogger(__name__)
 

@@ -124,9 +124,11 @@ def test_a_better_challenger_is_promoted(horus_home: Path, tmp_path: Path) -> No
     assert champion_version(settings) == "2"
 
 
-def test_a_registry_that_goes_away_before_promotion_leaves_the_champion(horus_home: Path, tmp_path: Path) -> None:
+def test_a_registry_that_goes_away_before_promotion_leaves_the_champion(horus_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from mlflow.exceptions import MlflowException
 
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # fail in seconds, not after MLflow's minutes of retries
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "3")
     settings = Settings.from_env()
     rows = seed_rows()
     train_predictor(settings, ValidatedData(rows, rows.iloc[:0]), "seed")
