@@ -267,3 +267,30 @@ def test_a_kubeconfig_that_does_not_work_fails_the_task_in_one_line(tmp_path: Pa
     with pytest.raises(AirflowFailException) as caught:
         operator.build_pod_request_obj({"ti": _TaskInstance(), "run_id": "manual__1", "dag": None})  # type: ignore[arg-type]
     assert "\n" not in str(caught.value) and f"kubeconfig {broken} does not work" in str(caught.value)
+
+
+@pytest.mark.airflow
+def test_a_pods_profiling_run_gets_its_dcgm_telemetry_and_becomes_training_data(
+    airflow_db: Path, cluster: FakeKubeApi, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    from horus_airflow.cli import main
+    from horus_airflow.registry.retraining import all_profiling_runs, extract
+    from horus_airflow.settings import Settings
+
+    _dag, dag_run = _run("horus_test_k8s_sync", caplog)
+    assert str(dag_run.state) == "success"
+    [pod] = cluster.created
+    name = pod["metadata"]["name"]
+    [run] = all_profiling_runs(Settings.from_env())
+    assert run.data.tags["horus.pod"] == f"jobs/{name}" and run.data.tags["horus.gpu_measured"] == "false"
+    assert run.data.params["job.model"] == "resnet18" and float(run.data.params["predicted.gpu_util"]) > 0
+    labels = f'gpu="0",modelName="NVIDIA A100-SXM4-80GB",Hostname="g1",pod="{name}",namespace="jobs"'
+    export = tmp_path / "dcgm.txt"
+    export.write_text("\n".join(f"DCGM_FI_DEV_GPU_UTIL{{{labels}}} {v}\nDCGM_FI_DEV_FB_USED{{{labels}}} {m}"
+                                for v, m in ((60, 9000), (70, 9500))))
+    assert main(["telemetry", "import", str(export)]) == 0
+    [run] = all_profiling_runs(Settings.from_env())  # attached to the pod's run, not a new one
+    assert run.data.metrics["gpu_util_mean"] == 65.0 and run.data.metrics["gpu_mem_mib_max"] == 9500.0
+    assert run.data.tags["horus.gpu_measured"] == "true"
+    extracted = extract([run])
+    assert list(extracted.predictor_rows["origin_ref"]) == [run.info.run_id]

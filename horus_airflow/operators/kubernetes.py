@@ -42,11 +42,13 @@ from horus_airflow.placement import (
 )
 from horus_airflow.predictor import Demand
 from horus_airflow.registry import load_interference
+from horus_airflow.registry.profiling import log_pod_run
 from horus_airflow.settings import Settings
 
 log = logging.getLogger(__name__)
 
 XCOM_KEY = "horus_placement"
+CO_RESIDENTS_ANNOTATION = "horus.ai/co-residents"
 _PENDING_MARGIN_S = 60.0
 
 
@@ -181,6 +183,7 @@ class HorusKubernetesPodOperator(KubernetesPodOperator):
             pod.metadata.labels[RESERVATION_LABEL] = entry.reservation_id
             annotations = self._annotations(acquired.decision, demand, placed, interference_label)
             annotations[BOOKING_ANNOTATION] = entry.to_json()
+            annotations[CO_RESIDENTS_ANNOTATION] = ",".join(sorted({r.job_id for g in placed for r in g.residents if r.job_id != entry.job_id}))
             pod.metadata.annotations = {**(pod.metadata.annotations or {}), **annotations}
             outcome = self._outcome(acquired.decision, demand, placed, entry.reservation_id, acquired.conflicts)
             ti.xcom_push(key=XCOM_KEY, value=outcome)
@@ -224,6 +227,7 @@ class HorusKubernetesPodOperator(KubernetesPodOperator):
         return {
             **decision.annotations(),
             "horus.ai/binding": self.binding,
+            "horus.ai/gpu-type": placed[0].gpu_type,
             "horus.ai/predictor": demand.predictor,
             "horus.ai/interference": interference,
             "horus.ai/predicted-util": f"{need.util:.1f}",
@@ -272,6 +276,36 @@ class HorusKubernetesPodOperator(KubernetesPodOperator):
             super().post_complete_action(pod=pod, remote_pod=remote_pod, context=context, result=result, **kwargs)
         finally:
             self._release(remote_pod)
+            self._log_profiling_run(remote_pod, context)
+
+    def _log_profiling_run(self, remote_pod: k8s.V1Pod | None, context: Context) -> None:
+        """A profiling run for the pod: job, features, prediction and placement (from the pod's own
+        annotations, so the deferrable path has them too). GPU metrics are not measured here; `horus
+        telemetry import` adds the DCGM exporter's to this very run (it finds it by ``horus.pod``)."""
+        annotations = (remote_pod.metadata.annotations or {}) if remote_pod is not None and remote_pod.metadata else {}
+        if BOOKING_ANNOTATION not in annotations:
+            return
+        try:
+            entry = LedgerEntry.from_json(annotations[BOOKING_ANNOTATION])
+            phase = remote_pod.status.phase if remote_pod.status else None
+            exit_code = 0 if phase == "Succeeded" else (1 if phase == "Failed" else -1)
+            ti = context["ti"]
+            tags = {
+                "horus.source": "kubernetes",
+                "horus.pod": f"{remote_pod.metadata.namespace}/{remote_pod.metadata.name}",
+                "horus.placement.reason": annotations.get("horus.ai/placement-reason", ""),
+                "horus.placement.profile": annotations.get("horus.ai/profile", ""),
+                "horus.interference": annotations.get("horus.ai/interference", ""),
+                "airflow.dag_id": ti.dag_id, "airflow.task_id": ti.task_id, "airflow.run_id": ti.run_id,
+                "airflow.try_number": str(ti.try_number),
+            }
+            spec = self._job_spec()
+            run_id = log_pod_run(self._settings, spec, spec.features(), entry.bookings, annotations.get("horus.ai/gpu-type", ""),
+                                 annotations.get("horus.ai/predictor", "prior"), annotations.get(CO_RESIDENTS_ANNOTATION, ""),
+                                 annotations.get("horus.ai/explanation", "{}"), exit_code, tags)
+            log.info("profiling run %s logged for pod %s", run_id, tags["horus.pod"])
+        except Exception as exc:  # noqa: BLE001 - the task's outcome must not depend on MLflow being up
+            log.warning("no profiling run logged for pod %s: %s", remote_pod.metadata.name if remote_pod is not None else "?", exc)
 
     def execute_async(self, context: Context) -> None:
         try:

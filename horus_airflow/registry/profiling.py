@@ -12,12 +12,14 @@ import json
 import logging
 import os
 import platform
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
-from mlflow.entities import Metric, Param, Run, RunStatus
+from mlflow.entities import Metric, Param, Run, RunStatus, RunTag
 
+from horus_airflow.backends.ledger import Booking
 from horus_airflow.features.gpus import gpu_spec, gpu_type_from_nvml
 from horus_airflow.features.graph import GraphFeatures
 from horus_airflow.jobs import JobSpec
@@ -157,9 +159,11 @@ def import_jobs(
     settings: Settings, jobs: list[ImportedJob], specs: Mapping[str, JobSpec], source_digest: str, work_dir: Path,
     left_out: Mapping[str, int] | None = None,
 ) -> ImportReport:
-    """Log one profiling run per imported job. A job named in ``specs`` gets its graph features; one
-    that is not is still logged (the retraining DAG sets it aside as 'run without features'). Importing
-    the same export again logs nothing twice: each run carries ``horus.source_id``."""
+    """Log one profiling run per imported job. A job whose key is a pod Horus placed on Kubernetes gets
+    its telemetry attached to that pod's profiling run (which holds its features, prediction and
+    placement). Otherwise a new run: a job named in ``specs`` gets its graph features; one that is not is
+    still logged (the retraining DAG sets it aside as 'run without features'). Importing the same export
+    again logs nothing twice: each run carries ``horus.source_id``."""
     mlflow = client(settings)
     experiment = experiment_id(mlflow, settings, PROFILING_EXPERIMENT)
     logged, already = {}, {}
@@ -169,25 +173,47 @@ def import_jobs(
         if found:
             already[job.key] = found[0].info.run_id
             continue
+        run_dir = work_dir / source_id
+        run_dir.mkdir(parents=True, exist_ok=True)
+        summary = _write_imported(job, run_dir)
+        pod_run = mlflow.search_runs([experiment], filter_string=f"tags.`horus.pod` LIKE '%/{job.key}'", max_results=1)
+        if pod_run and pod_run[0].data.tags.get("horus.gpu_measured") != "true":
+            logged[job.key] = _attach(settings, pod_run[0].info.run_id, summary, run_dir, source_id)
+            continue
         spec = specs.get(job.key)
         gpu_type = gpu_type_from_nvml(job.model_name, int(job.memory_mib))
         memory = job.memory_mib or (gpu_spec(gpu_type).memory_mib if gpu_type else 0.0)
         host = job.hostname or "unknown"
         gpus = tuple(GpuState(f"{host}/{i}", host, i, gpu_type, memory) for i in job.gpu_indices) if gpu_type else ()
-        run_dir = work_dir / source_id
-        run_dir.mkdir(parents=True, exist_ok=True)
-        with (run_dir / SAMPLES_FILE).open("w") as sink:
-            sink.writelines(s.to_json() + "\n" for s in job.samples)
-        samples_frame(job.samples).to_parquet(run_dir / SAMPLES_PARQUET, index=False)
-        duration = job.samples[-1].t_s if job.samples else 0.0
-        summary = summarise(UNKNOWN_EXIT, duration, list(job.samples), {}, job.problems)
-        summary.write(run_dir)
         tags = {"horus.source": "dcgm", "horus.source_id": source_id, "horus.import.key": job.key,
                 "horus.import.gpu_model": job.model_name}
         record = ProfilingRecord(spec, spec.features() if spec else None, None, "none (imported)", None, gpus, summary,
                                  run_dir, tags, co_residents=(), run_name=f"imported-{job.key}")
         logged[job.key] = log_profiling_run(settings, record)
     return ImportReport(logged, already, dict(left_out or {}))
+
+
+def _write_imported(job: ImportedJob, run_dir: Path) -> RunSummary:
+    with (run_dir / SAMPLES_FILE).open("w") as sink:
+        sink.writelines(s.to_json() + "\n" for s in job.samples)
+    samples_frame(job.samples).to_parquet(run_dir / SAMPLES_PARQUET, index=False)
+    duration = job.samples[-1].t_s if job.samples else 0.0
+    summary = summarise(UNKNOWN_EXIT, duration, list(job.samples), {}, job.problems)
+    summary.write(run_dir)
+    return summary
+
+
+def _attach(settings: Settings, run_id: str, summary: RunSummary, run_dir: Path, source_id: str) -> str:
+    """Add imported GPU telemetry to the profiling run of the pod it measured (which already holds the
+    job's features, prediction and placement)."""
+    mlflow = client(settings)
+    timestamp = int(mlflow.get_run(run_id).info.start_time)
+    mlflow.log_batch(run_id, metrics=[Metric(k, v, timestamp, 0) for k, v in summary.measured_metrics().items() if k != "duration_s"],
+                     tags=[RunTag("horus.gpu_measured", str(summary.gpu_measured).lower()), RunTag("horus.source_id", source_id),
+                           RunTag("horus.telemetry_source", "dcgm")])
+    mlflow.log_artifacts(run_id, str(run_dir), artifact_path="telemetry")
+    log.info("DCGM telemetry attached to profiling run %s", run_id)
+    return run_id
 
 
 def log_wrapped_run(settings: Settings, spec: JobSpec, features: GraphFeatures, summary: RunSummary, run_dir: Path) -> str:
@@ -209,3 +235,23 @@ def log_wrapped_run(settings: Settings, spec: JobSpec, features: GraphFeatures, 
         predicted, predictor = demand.on(gpus[0].gpu_type), demand.predictor
     record = ProfilingRecord(spec, features, predicted, predictor, None, gpus, summary, run_dir, {"horus.source": "horus-run"}, co_residents=())
     return log_profiling_run(settings, record)
+
+
+def log_pod_run(
+    settings: Settings, spec: JobSpec, features: GraphFeatures, bookings: Sequence[Booking], gpu_type: str, predictor: str,
+    co_residents: str, explanation: str, exit_code: int, tags: dict[str, str],
+) -> str:
+    """The profiling run of a Kubernetes pod Horus placed. Its GPU telemetry is not measured by Horus;
+    the DCGM import attaches it to this run later (tag ``horus.pod``)."""
+    memory = gpu_spec(gpu_type).memory_mib
+    gpus = tuple(
+        GpuState(b.gpu_id, b.gpu_id.rsplit("/", 1)[0], int(b.gpu_id.rsplit("/", 1)[1]), gpu_type, memory) for b in bookings
+    )
+    first = bookings[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        run_dir = Path(tmp)
+        (run_dir / "placement.json").write_text(explanation)
+        summary = RunSummary(exit_code, 0.0, 0, False, None, None)
+        record = ProfilingRecord(spec, features, GpuDemand(first.util, first.util_p90, first.mem_mib), predictor, None, gpus,
+                                 summary, run_dir, tags, co_residents=tuple(filter(None, co_residents.split(","))))
+        return log_profiling_run(settings, record)
