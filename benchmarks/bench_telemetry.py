@@ -38,7 +38,7 @@ def main() -> None:
     rows = [("subprocess.run, no sampling (baseline)", *measure(lambda s: subprocess.run(["sleep", str(s)], check=True), args.seconds))]
     for interval in (1.0, 0.2, 0.1):
         with tempfile.TemporaryDirectory() as tmp:
-            rows.append((f"horus run, every {interval * 1000:.0f} ms", *measure(lambda s: run(["sleep", str(s)], Path(tmp), interval), args.seconds)))
+            rows.append((f"horus run, every {interval * 1000:.0f} ms", *measure(lambda s, i=interval, d=tmp: run(["sleep", str(s)], Path(d), i), args.seconds)))
     base_share = rows[0][1] / rows[0][2]
     print(f"\nSampler CPU over a {args.seconds:.0f} s job ({gpu})\n")
     print(f"| {'wrapper':<40} | {'CPU s':>6} | {'% of one core':>13} | {'over baseline':>13} |")
