@@ -218,3 +218,25 @@ def test_the_campaign_runs_end_to_end_without_a_gpu_and_says_so(tmp_path: Path) 
     report = json.loads((tmp_path / "out" / "campaign.json").read_text())
     assert report["jobs_done"] == 2 and report["pairs_run"] == 1 and report["gpu_data_produced"] is False
     assert report["set_aside"] == 4 and report["predictor_rows"] == 0
+
+
+def test_the_interference_model_is_compared_and_promoted_by_the_same_rules(horus_home: Path) -> None:
+    """Gavel's measured pairs stand in for profiled pairs: the challenger must beat a champion trained
+    on scrambled speeds, and is judged by speed MAE on held-out job types."""
+    from horus_airflow.interference.pairs import read_pairs
+    from horus_airflow.registry.interference import train_interference
+    from horus_airflow.registry.versions import champion_version as version_of
+
+    settings = Settings.from_env()
+    pairs = read_pairs(REPO / "data" / "interference_seed" / "gavel_pairs.csv")
+    ran = pairs[pairs["fits"]]
+    scrambled = pairs.copy()
+    scrambled.loc[ran.index, "speed_a"] = ran["speed_a"].sample(frac=1.0, random_state=5).to_numpy()
+    train_interference(settings, scrambled, "a champion trained on scrambled speeds")
+    policy = R.PromotionPolicy.load(POLICY)
+    profiled = ran.sample(n=600, random_state=1)
+    comparison = R.compare_interference(settings, pairs.drop(profiled.index), profiled, policy.interference, "test")
+    assert comparison.heldout_rows >= policy.interference.min_heldout_rows and comparison.heldout_families
+    assert comparison.passed, comparison.table()
+    assert comparison.challenger_metrics["speed_mae"] < comparison.champion_metrics["speed_mae"]
+    assert R.promote_if_passed(settings, comparison) and version_of(settings, "horus-interference") == "2"
