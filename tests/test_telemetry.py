@@ -210,3 +210,20 @@ def test_horus_run_with_a_job_logs_a_profiling_run(horus_home: Path, tmp_path: P
     refused = subprocess.run([sys.executable, "-m", "horus_airflow.cli", "run", "--job", "mlp", "--", "touch", str(tmp_path / "ran")],
                              capture_output=True, text=True, timeout=300)
     assert refused.returncode == 2 and not (tmp_path / "ran").exists()  # bad input: the command never ran
+
+
+def test_a_wrapper_killed_mid_job_leaves_its_samples_and_a_failed_exit_code(horus_home: Path) -> None:
+    from horus_airflow.backends import LocalBackend, acquire
+    from horus_airflow.backends.local import LaunchedJob
+    from horus_airflow.placement import load_profile
+    from horus_airflow.predictor import Demand, GpuDemand
+    from horus_airflow.settings import Settings
+
+    backend = LocalBackend(Settings.from_env())
+    got = acquire(backend, Demand("j", 1, {"a100-80gb": GpuDemand(10, 20, 100)}), load_profile("exclusive"), "o", 5)
+    run_dir = horus_home / "runs" / "j"
+    run_dir.mkdir(parents=True)
+    (run_dir / "samples.jsonl").write_text(Sample(0.2, 5.0, 50.0, (GpuReading(0, 30.0, 500.0),)).to_json() + "\n")
+    process = subprocess.Popen(["sh", "-c", "kill -9 $$"])  # stands in for the wrapper, killed before its summary
+    summary = backend.wait(LaunchedJob(process, run_dir), got.reservation, poll_s=0.05)
+    assert summary.exit_code == 137 and summary.samples == 1 and summary.gpu_util_mean == 30.0

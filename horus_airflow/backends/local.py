@@ -24,6 +24,7 @@ from horus_airflow.placement import ClusterState, Decision, GpuState
 from horus_airflow.predictor.demand import Demand
 from horus_airflow.settings import Settings
 from horus_airflow.telemetry import RunSummary, nvml
+from horus_airflow.telemetry.wrapper import UNKNOWN_EXIT
 
 log = logging.getLogger(__name__)
 
@@ -135,5 +136,11 @@ replace(gpu, residents=tuple(residents.get(gpu.gpu_id, ()))) for gpu in self.gpu
                 if not self.renew(reservation):
                     log.warning("lease of reservation %s could not be renewed", reservation.reservation_id)
                 last_renewal = self.clock()
+        code = job.process.returncode
+        exit_code = 128 - code if code < 0 else (code or 1)  # how the wrapper itself ended, when it wrote no summary
         summary = RunSummary.read(job.run_dir)
-        return summary or RunSummary(job.process.returncode or 1, 0.0, 0, False, None, None)
+        if summary is None:
+            return RunSummary(exit_code, 0.0, 0, False, None, None)
+        if summary.exit_code == UNKNOWN_EXIT:  # rebuilt from the samples of a wrapper that was killed
+            return replace(summary, exit_code=exit_code)
+        return summary
