@@ -136,7 +136,7 @@ with DAG(
         done = {}
         for raw in (predictor, interference):
             if raw:
-                comparison = Comparison(**{**raw, "heldout_families": tuple(raw["heldout_families"])})
+                comparison = Comparison.from_dict(raw)
                 done[comparison.model] = promote_if_passed(settings, comparison)
         return done
 
@@ -146,7 +146,7 @@ with DAG(
         from horus_airflow.registry.retraining import Comparison, log_report
         from horus_airflow.settings import Settings
 
-        comparisons = [Comparison(**{**raw, "heldout_families": tuple(raw["heldout_families"])}) for raw in (predictor, interference) if raw]
+        comparisons = [Comparison.from_dict(raw) for raw in (predictor, interference) if raw]
         return log_report(Settings.from_env(), comparisons, dataset, promoted or {})
 
     extracted = extract()

@@ -51,18 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     predict.add_argument("--gpu", default="a100-80gb", help="GPU type from the spec table (default a100-80gb)")
     predict.add_argument("--json", action="store_true", help="print one JSON object")
 
-    predictor = sub.add_parser("predictor", help="train, evaluate and promote the utilization predictor")
-    actions = predictor.add_subparsers(dest="action", required=True)
-    for name, text in (("train", "evaluate, fit, log to MLflow and register as challenger"),
-                       ("evaluate", "held-out-family evaluation only; nothing is logged")):
-        action = actions.add_parser(name, help=text)
-        action.add_argument("--data", type=Path, required=True, help="training CSV (schema: docs/PREDICTOR.md)")
+    train, evaluate = _model_commands(sub, "predictor", "the utilization predictor", "held-out-family evaluation only",
+                                      "training CSV (schema: docs/PREDICTOR.md)")
+    for action in (train, evaluate):
         action.add_argument("--folds", type=int, default=0, help="group k-fold by family; 0 = one family per fold")
-        if name == "train":
-            action.add_argument("--no-register", action="store_true", help="log the run without registering")
-    promote = actions.add_parser("promote", help="point an alias (default champion) at a registered version")
-    promote.add_argument("version")
-    promote.add_argument("--alias", default="champion")
+    train.add_argument("--no-register", action="store_true", help="log the run without registering")
 
     sub.add_parser("catalog", help="list the catalog's models and datasets")
 
@@ -96,15 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     simulate.add_argument("--isolated", type=Path, default=Path("data/interference_seed/gavel_isolated.csv"))
     simulate.add_argument("--no-mlflow", action="store_true", help="do not log an MLflow run")
 
-    model = sub.add_parser("interference-model", help="train, evaluate and promote the interference model")
-    model_actions = model.add_subparsers(dest="action", required=True)
-    for name, text in (("train", "evaluate, fit, log to MLflow and register as challenger"),
-                       ("evaluate", "job types and GPU types held out; nothing is logged")):
-        action = model_actions.add_parser(name, help=text)
-        action.add_argument("--data", type=Path, required=True, help="co-location pairs CSV (docs/PLACEMENT.md)")
-    model_promote = model_actions.add_parser("promote", help="point an alias (default champion) at a version")
-    model_promote.add_argument("version")
-    model_promote.add_argument("--alias", default="champion")
+    _model_commands(sub, "interference-model", "the interference model", "job types and GPU types held out",
+                    "co-location pairs CSV (docs/PLACEMENT.md)")
 
     sub.add_parser("inventory", help="show this machine's GPUs and their reservations")
 
@@ -124,6 +110,21 @@ def main(argv: list[str] | None = None) -> int:
     except HorusError as exc:
         print(f"horus: error: {exc}", file=sys.stderr)
         return 2
+
+
+def _model_commands(
+    sub: argparse._SubParsersAction, command: str, what: str, evaluation: str, data_help: str  # type: ignore[type-arg]
+) -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """``COMMAND train|evaluate --data FILE`` and ``COMMAND promote VERSION [--alias]`` for a registered model."""
+    actions = sub.add_parser(command, help=f"train, evaluate and promote {what}").add_subparsers(dest="action", required=True)
+    train = actions.add_parser("train", help="evaluate, fit, log to MLflow and register as challenger")
+    evaluate = actions.add_parser("evaluate", help=f"{evaluation}; nothing is logged")
+    for action in (train, evaluate):
+        action.add_argument("--data", type=Path, required=True, help=data_help)
+    promote = actions.add_parser("promote", help="point an alias (default champion) at a registered version")
+    promote.add_argument("version")
+    promote.add_argument("--alias", default="champion")
+    return train, evaluate
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -205,18 +205,11 @@ def test_a_server_that_keeps_failing_fails_clearly_and_leaves_no_booking(fake: F
     assert backend.active() == {}
 
 
-def test_a_write_that_timed_out_after_landing_is_not_booked_twice(fake: FakeKubeApi, tmp_path: Path) -> None:
+@pytest.mark.parametrize("landed", [True, False], ids=["timed-out-after-landing", "timed-out-before-writing"])
+def test_a_write_that_timed_out_is_booked_exactly_once(fake: FakeKubeApi, tmp_path: Path, landed: bool) -> None:
     backend = backend_for(fake, tmp_path)
     backend.snapshot()
-    fake.inject(Fault("PUT", "configmaps", hang_s=1.0, apply=True))
-    acquired = acquire(backend, demand("j"), load_profile("horus-paper"), "o", 5)
-    assert set(backend.active()) == {acquired.reservation.reservation_id}
-
-
-def test_a_timeout_before_the_write_is_retried(fake: FakeKubeApi, tmp_path: Path) -> None:
-    backend = backend_for(fake, tmp_path)
-    backend.snapshot()
-    fake.inject(Fault("PUT", "configmaps", hang_s=1.0, apply=False))
+    fake.inject(Fault("PUT", "configmaps", hang_s=1.0, apply=landed))
     acquired = acquire(backend, demand("j"), load_profile("horus-paper"), "o", 5)
     assert set(backend.active()) == {acquired.reservation.reservation_id}
 

@@ -178,12 +178,13 @@ class HorusKubernetesPodOperator(KubernetesPodOperator):
         try:
             entry = backend.entry_of(acquired.reservation)
             placed = self._placed_gpus(entry, acquired.state)
-            target = GpuTarget(placed[0].node, tuple(g.index for g in placed), any(r.job_id != entry.job_id for g in placed for r in g.residents))
+            co_residents = sorted({r.job_id for g in placed for r in g.residents if r.job_id != entry.job_id})
+            target = GpuTarget(placed[0].node, tuple(g.index for g in placed), bool(co_residents))
             binding(self.binding).apply(pod, target, self.base_container_name)
             pod.metadata.labels[RESERVATION_LABEL] = entry.reservation_id
             annotations = self._annotations(acquired.decision, demand, placed, interference_label)
             annotations[BOOKING_ANNOTATION] = entry.to_json()
-            annotations[CO_RESIDENTS_ANNOTATION] = ",".join(sorted({r.job_id for g in placed for r in g.residents if r.job_id != entry.job_id}))
+            annotations[CO_RESIDENTS_ANNOTATION] = ",".join(co_residents)
             pod.metadata.annotations = {**(pod.metadata.annotations or {}), **annotations}
             outcome = self._outcome(acquired.decision, demand, placed, entry.reservation_id, acquired.conflicts)
             ti.xcom_push(key=XCOM_KEY, value=outcome)

@@ -221,13 +221,12 @@ def log_wrapped_run(settings: Settings, spec: JobSpec, features: GraphFeatures, 
     driver) and, where their type is known, the champion's prediction for them."""
     from horus_airflow.registry.predictor import load_predictor
 
-    visible = {g.index for g in nvml.discover_gpus()}
     wanted = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if wanted is not None:
-        visible &= {int(p) for p in wanted.split(",") if p.strip().isdigit()}
+    visible = None if wanted is None else {int(p) for p in wanted.split(",") if p.strip().isdigit()}
     gpus = tuple(
         GpuState(f"{platform.node()}/{g.index}", platform.node(), g.index, gpu_type, float(g.memory_mib))
-        for g in nvml.discover_gpus() if g.index in visible and (gpu_type := gpu_type_from_nvml(g.name, g.memory_mib))
+        for g in nvml.discover_gpus()
+        if (visible is None or g.index in visible) and (gpu_type := gpu_type_from_nvml(g.name, g.memory_mib))
     )
     predicted, predictor = None, "none (no known GPU)"
     if gpus:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -139,36 +139,66 @@ def all_profiling_runs(settings: Settings) -> list[Run]:
             return runs
 
 
+@dataclass(frozen=True)
+class _Usable:
+    """A profiling run that can be learned from, with its features parsed once."""
+
+    run: Run
+    features: GraphFeatures
+
+    @property
+    def run_id(self) -> str:
+        return self.run.info.run_id
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """The same job on the same GPU type: its workload as ``MODEL:BATCH[:amp]@DATASET``, and the GPU type."""
+        f = self.features
+        return f"{f.model}:{f.batch_size}{':amp' if f.precision == 'amp' else ''}@{f.dataset}", self.run.data.tags["horus.gpu_type"]
+
+    def throughput(self) -> float | None:
+        value = self.run.data.metrics.get(THROUGHPUT_METRIC)
+        return value if value is not None and math.isfinite(value) and value > 0 else None
+
+
 def extract(runs: list[Run]) -> Extracted:
     """Pure: every run becomes a predictor row, a pair side, or a set-aside row with its reason."""
-    rows, aside, sides = [], [], []
+    rows, aside, alone, shared = [], [], [], []
     seen_sources: dict[str, str] = {}
     for run in runs:
-        run_id, tags, params, metrics = run.info.run_id, run.data.tags, run.data.params, run.data.metrics
+        run_id, tags, metrics = run.info.run_id, run.data.tags, run.data.metrics
         why = _why_not_usable(run, seen_sources)
         source = tags.get("horus.source_id")
         if source and source not in seen_sources:
             seen_sources[source] = run_id
-        if why:
+        features = None
+        if not why:
+            try:
+                features = GraphFeatures.from_mapping(
+                    {k.removeprefix("feature."): v for k, v in run.data.params.items() if k.startswith("feature.")})
+            except (KeyError, ValueError, TypeError) as exc:
+                why = f"features unreadable ({type(exc).__name__}: {exc})"
+        if why or features is None:
             aside.append({"run_id": run_id, "reason": why})
             continue
-        features = GraphFeatures.from_mapping({k.removeprefix("feature."): v for k, v in params.items() if k.startswith("feature.")})
+        usable = _Usable(run, features)
         if tags.get("horus.co_residents"):
-            sides.append({"run_id": run_id, "tags": tags, "params": params, "metrics": metrics, "features": features})
+            shared.append(usable)
             continue
+        alone.append(usable)
         rows.append({
             "origin": "profiling", "origin_ref": run_id, "gpu_type": tags["horus.gpu_type"], **asdict(features),
             "gpu_util": metrics.get("gpu_util_mean"), "gpu_util_p90": metrics.get("gpu_util_p90"),
             "gpu_mem_mib": metrics.get("gpu_mem_mib_max"),
         })
-    pairs, pair_aside = _pairs(sides, rows, runs)
+    pairs, pair_aside = _pairs(shared, alone)
     predictor_rows = pd.DataFrame(rows, columns=list(COLUMNS))
     newest = max((r.info.start_time for r in runs), default=0)
     return Extracted(predictor_rows, pairs, pd.DataFrame(aside + pair_aside, columns=["run_id", "reason"]), len(runs), int(newest))
 
 
 def _why_not_usable(run: Run, seen_sources: dict[str, str]) -> str:
-    tags, params = run.data.tags, run.data.params
+    tags = run.data.tags
     source = tags.get("horus.source_id")
     if source and source in seen_sources:
         return f"duplicate of run {seen_sources[source]} (same source {source})"
@@ -176,72 +206,55 @@ def _why_not_usable(run: Run, seen_sources: dict[str, str]) -> str:
         return f"run {run.info.status.lower()} (exit code {tags.get('horus.exit_code', '?')})"
     if tags.get("horus.gpu_measured") != "true":
         return "no GPU measured (NVML absent or declared GPU)"
-    if "feature.train_flops" not in params:
+    if "feature.train_flops" not in run.data.params:
         return "run without features (no job spec)"
     if tags.get("horus.gpu_type") not in GPU_SPECS:
         return f"unknown GPU type {tags.get('horus.gpu_type')!r}"
-    try:
-        GraphFeatures.from_mapping({k.removeprefix("feature."): v for k, v in params.items() if k.startswith("feature.")})
-    except (KeyError, ValueError, TypeError) as exc:
-        return f"features unreadable ({type(exc).__name__}: {exc})"
     return ""
 
 
-def _job_key(features: GraphFeatures, tags: dict[str, str]) -> tuple[str, str]:
-    """The same job on the same GPU type: its workload as ``MODEL:BATCH[:amp]@DATASET``, and the GPU type."""
-    label = f"{features.model}:{features.batch_size}{':amp' if features.precision == 'amp' else ''}@{features.dataset}"
-    return label, tags.get("horus.gpu_type", "")
-
-
-def _pairs(sides: list[dict[str, Any]], alone_rows: list[dict[str, Any]], runs: list[Run]) -> tuple[pd.DataFrame, list[dict[str, str]]]:
+def _pairs(shared: list[_Usable], alone: list[_Usable]) -> tuple[pd.DataFrame, list[dict[str, str]]]:
     """Pair rows (PAIR_COLUMNS) from runs that shared a GPU, each side's speed being its throughput
     together over the median throughput of the same job alone on the same GPU type."""
-    by_id = {r.info.run_id: r for r in runs}
-    alone: dict[tuple[str, str], list[float]] = {}
-    for row in alone_rows:
-        run = by_id[row["origin_ref"]]
-        value = run.data.metrics.get(THROUGHPUT_METRIC)
-        if value is not None and math.isfinite(value) and value > 0:
-            features = GraphFeatures.from_mapping({k: row[k] for k in (f.name for f in fields(GraphFeatures))})
-            alone.setdefault(_job_key(features, run.data.tags), []).append(value)
-    groups: dict[str, list[dict[str, Any]]] = {}
+    alone_throughput: dict[tuple[str, str], list[float]] = {}
+    for run in alone:
+        if (value := run.throughput()) is not None:
+            alone_throughput.setdefault(run.key, []).append(value)
+    groups: dict[str, list[_Usable]] = {}
     aside = []
-    for side in sides:
-        pair_id = side["tags"].get("horus.pair_id")
+    for side in shared:
+        pair_id = side.run.data.tags.get("horus.pair_id")
         if not pair_id:
-            aside.append({"run_id": side["run_id"], "reason": "shared its GPU outside a profiled pair (no horus.pair_id)"})
+            aside.append({"run_id": side.run_id, "reason": "shared its GPU outside a profiled pair (no horus.pair_id)"})
         else:
             groups.setdefault(pair_id, []).append(side)
     rows = []
     for pair_id, members in groups.items():
         if len(members) != 2:
-            aside.extend({"run_id": m["run_id"], "reason": f"pair {pair_id} has {len(members)} usable runs, not 2"} for m in members)
+            aside.extend({"run_id": m.run_id, "reason": f"pair {pair_id} has {len(members)} usable runs, not 2"} for m in members)
             continue
         for me, other in (members, members[::-1]):
-            key = _job_key(me["features"], me["tags"])
-            together = me["metrics"].get(THROUGHPUT_METRIC)
-            if together is None or not math.isfinite(together) or together <= 0:
-                aside.append({"run_id": me["run_id"], "reason": "no throughput reported: the speed in the pair is unknown"})
-                continue
-            if key not in alone:
-                aside.append({"run_id": me["run_id"], "reason": f"no run of {key[0]} alone on {key[1]} to compare with"})
-                continue
-            rows.append(_pair_row(me, other, together / float(np.median(alone[key]))))
+            together = me.throughput()
+            if together is None:
+                aside.append({"run_id": me.run_id, "reason": "no throughput reported: the speed in the pair is unknown"})
+            elif me.key not in alone_throughput:
+                aside.append({"run_id": me.run_id, "reason": f"no run of {me.key[0]} alone on {me.key[1]} to compare with"})
+            else:
+                rows.append(_pair_row(me, other, together / float(np.median(alone_throughput[me.key]))))
     return pd.DataFrame(rows, columns=list(PAIR_COLUMNS)), aside
 
 
-def _pair_row(me: dict[str, Any], other: dict[str, Any], speed: float) -> dict[str, Any]:
+def _pair_row(me: _Usable, other: _Usable, speed: float) -> dict[str, Any]:
     row: dict[str, Any] = {
-        "gpu_type": me["tags"]["horus.gpu_type"], "job_a": _job_key(me["features"], me["tags"])[0],
-        "job_b": _job_key(other["features"], other["tags"])[0], "family_a": me["features"].family,
-        "family_b": other["features"].family, "speed_a": speed, "fits": True,
+        "gpu_type": me.key[1], "job_a": me.key[0], "job_b": other.key[0], "family_a": me.features.family,
+        "family_b": other.features.family, "speed_a": speed, "fits": True,
     }
-    for side, run in (("a", me), ("b", other)):
-        params = run["params"]
+    for side, usable in (("a", me), ("b", other)):
+        params = usable.run.data.params
         row[f"util_{side}"] = float(params.get("predicted.gpu_util", "nan"))
         row[f"util_p90_{side}"] = float(params.get("predicted.gpu_util_p90", "nan"))
         row[f"mem_{side}"] = float(params.get("predicted.gpu_mem_mib", "nan"))
-        row.update({f"{side}.{name}": value for name, value in zip(SIGNATURE_FIELDS, signature(run["features"]))})
+        row.update({f"{side}.{name}": value for name, value in zip(SIGNATURE_FIELDS, signature(usable.features))})
     return row
 
 
@@ -275,6 +288,11 @@ class Comparison:
     passed: bool
     reason: str
     policy: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Comparison:
+        """Back from its JSON form (what the retraining DAG passes between tasks)."""
+        return cls(**{**raw, "heldout_families": tuple(raw["heldout_families"])})
 
     def table(self) -> str:
         lines = [f"### {self.model}: challenger v{self.challenger_version} vs champion {self.champion}", "",

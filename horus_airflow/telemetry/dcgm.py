@@ -148,7 +148,7 @@ def _job(key: str, series: list[Series]) -> ImportedJob:
     start = min(values, default=0.0)
     samples = tuple(
         Sample(t - start, None, None, tuple(
-            GpuReading(index=i, **{"util": None, "mem_used_mib": None, **fields}) for i, fields in sorted(gpus.items())
+            GpuReading(index=i, **fields) for i, fields in sorted(gpus.items())
         ))
         for t, gpus in sorted(values.items())
     )

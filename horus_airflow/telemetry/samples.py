@@ -23,8 +23,8 @@ class GpuReading:
     only the watched job's processes; ``co_resident_pids`` are the other processes computing on it."""
 
     index: int
-    util: float | None
-    mem_used_mib: float | None
+    util: float | None = None
+    mem_used_mib: float | None = None
     process_mem_mib: float | None = None
     power_w: float | None = None
     mem_util: float | None = None
@@ -121,17 +121,18 @@ def samples_frame(samples: Iterable[Sample]) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class GpuSummary:
-    """The GPU side of a run's summary; every field None when nothing was measured."""
+    """The GPU side of a run's summary, named as in :class:`~horus_airflow.telemetry.RunSummary`;
+    every field None when nothing was measured."""
 
-    util_mean: float | None = None
-    util_p50: float | None = None
-    util_p90: float | None = None
-    util_max: float | None = None
-    mem_mib_max: float | None = None
-    sm_active_mean: float | None = None
-    process_sm_util_mean: float | None = None
-    power_w_mean: float | None = None
-    co_resident_pids: tuple[int, ...] = ()
+    gpu_util_mean: float | None = None
+    gpu_util_p50: float | None = None
+    gpu_util_p90: float | None = None
+    gpu_util_max: float | None = None
+    gpu_mem_mib_max: float | None = None
+    gpu_sm_active_mean: float | None = None
+    gpu_process_sm_util_mean: float | None = None
+    gpu_power_w_mean: float | None = None
+    co_resident_pids: list[int] = field(default_factory=list)
 
 
 def summarise_gpus(samples: Iterable[Sample]) -> GpuSummary:
@@ -139,15 +140,15 @@ def summarise_gpus(samples: Iterable[Sample]) -> GpuSummary:
     utils = sorted(r.util for r in readings if r.util is not None)
     memory = [m for r in readings if (m := r.process_mem_mib or r.mem_used_mib) is not None]
     return GpuSummary(
-        util_mean=_mean(utils),
-        util_p50=quantile(utils, 0.5),
-        util_p90=quantile(utils, 0.9),
-        util_max=utils[-1] if utils else None,
-        mem_mib_max=max(memory, default=None),
-        sm_active_mean=_mean([r.sm_active for r in readings if r.sm_active is not None]),
-        process_sm_util_mean=_mean([r.process_sm_util for r in readings if r.process_sm_util is not None]),
-        power_w_mean=_mean([r.power_w for r in readings if r.power_w is not None]),
-        co_resident_pids=tuple(sorted({p for r in readings for p in r.co_resident_pids})),
+        gpu_util_mean=_mean(utils),
+        gpu_util_p50=quantile(utils, 0.5),
+        gpu_util_p90=quantile(utils, 0.9),
+        gpu_util_max=utils[-1] if utils else None,
+        gpu_mem_mib_max=max(memory, default=None),
+        gpu_sm_active_mean=_mean([r.sm_active for r in readings if r.sm_active is not None]),
+        gpu_process_sm_util_mean=_mean([r.process_sm_util for r in readings if r.process_sm_util is not None]),
+        gpu_power_w_mean=_mean([r.power_w for r in readings if r.power_w is not None]),
+        co_resident_pids=sorted({p for r in readings for p in r.co_resident_pids}),
     )
 
 
