@@ -179,7 +179,8 @@ def _run_together(
         run_id = log_profiling_run(
             settings,
             ProfilingRecord(job.spec, job.features, predicted, job.demand.predictor, decision, placed_on, summary,
-                            settings.runs_dir / job.job_id, tags, co_residents=residents),
+                            settings.runs_dir / job.job_id, {**tags, "horus.reservation_id": reservation.reservation_id},
+                            co_residents=residents),
         )
         outcomes.append(JobOutcome(
             job_id=job.job_id,

@@ -24,6 +24,10 @@ class Settings:
     lease_seconds: float
     kubernetes_namespace: str = "horus"
     project_root: Path = Path(".")
+    ui_source: str = "local"
+    kubeconfig: str | None = None
+    kube_context: str | None = None
+    mlflow_ui_url: str | None = None
 
     @property
     def ledger_path(self) -> Path:
@@ -47,6 +51,10 @@ class Settings:
             lease_seconds=float(env.get("HORUS_LEASE_SECONDS") or 300.0),
             kubernetes_namespace=env.get("HORUS_K8S_NAMESPACE") or "horus",
             project_root=Path(env.get("HORUS_PROJECT_ROOT") or ".").resolve(),
+            ui_source=env.get("HORUS_UI_SOURCE") or "local",
+            kubeconfig=env.get("HORUS_KUBECONFIG") or None,
+            kube_context=env.get("HORUS_KUBE_CONTEXT") or None,
+            mlflow_ui_url=env.get("HORUS_MLFLOW_UI_URL") or None,
         )
 
     def project_file(self, relative: str) -> Path:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable, Protocol
+from typing import Protocol
 
 from horus_airflow.backends.ledger import Reservation
 from horus_airflow.errors import LedgerConflictError, NoPlacementError

@@ -24,8 +24,9 @@ import logging
 import os
 import time
 import uuid
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import urllib3
 from kubernetes import client as kube_client
@@ -115,6 +116,8 @@ class PodView:
     deleting: bool
     gpu_request: int
     booking: str | None
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    created: str = ""
 
     @property
     def live(self) -> bool:
@@ -131,7 +134,8 @@ class PodView:
         return cls(
             meta.get("namespace", ""), meta.get("name", ""), status.get("phase", "Pending"), spec.get("nodeName", ""),
             (meta.get("labels") or {}).get(RESERVATION_LABEL), bool(meta.get("deletionTimestamp")), requested,
-            (meta.get("annotations") or {}).get(BOOKING_ANNOTATION),
+            (meta.get("annotations") or {}).get(BOOKING_ANNOTATION), dict(meta.get("annotations") or {}),
+            meta.get("creationTimestamp") or "",
         )
 
 
@@ -256,6 +260,23 @@ class _LedgerRead:
     entries: dict[str, LedgerEntry]
 
 
+@dataclass(frozen=True)
+class ReadOnlyView:
+    """The cluster as a reader sees it: the state, the live bookings by reservation id, the Horus pods."""
+
+    state: ClusterState
+    entries: Mapping[str, LedgerEntry]
+    pods: tuple[PodView, ...]
+
+
+@dataclass(frozen=True)
+class _Read:
+    nodes: list[dict[str, Any]]
+    horus_pods: tuple[PodView, ...]
+    foreign: tuple[PodView, ...]
+    ledger: _LedgerRead
+
+
 class KubernetesBackend:
     """Snapshot, reserve and release against the API server. ``clock`` is wall time: leases are shared
     by every worker."""
@@ -283,15 +304,9 @@ class KubernetesBackend:
     def snapshot(self) -> ClusterState:
         """The GPUs, who holds them, and the ledger version this was read at; reconciles on the way."""
         for _ in range(self.options.attempts):
-            nodes = self._api.call("list nodes", self.core.list_node, label_selector=PRODUCT_LABEL)
-            horus_pods = self._api.call("list Horus pods", self.core.list_pod_for_all_namespaces, label_selector=RESERVATION_LABEL)
-            others = self._api.call(
-                "list running pods", self.core.list_pod_for_all_namespaces, label_selector=f"!{RESERVATION_LABEL}",
-                field_selector="status.phase!=Succeeded,status.phase!=Failed",
-            )
-            ledger = self._read_ledger()
-            pods = {p.reservation_id: p for p in map(PodView.from_api, horus_pods["items"]) if p.reservation_id}
-            result = reconcile(ledger.entries, pods, self.clock())
+            read = self._read(create_ledger=True)
+            ledger = read.ledger
+            result = reconcile(ledger.entries, {p.reservation_id: p for p in read.horus_pods if p.reservation_id}, self.clock())
             version = ledger.version
             if result.changed:
                 data = {k: v for k, v in ledger.data.items() if k not in result.dropped}
@@ -307,12 +322,31 @@ class KubernetesBackend:
                                 len(result.adopted), ", ".join(result.adopted[:10]) + (" ..." if len(result.adopted) > 10 else ""))
             for pod in result.stuck:
                 self._delete_pod(pod.namespace, pod.name)
-            foreign = [p for p in map(PodView.from_api, others["items"]) if p.gpu_request and p.node]
-            return self._state(nodes["items"], result.entries, foreign, version)
+            return self._state(read.nodes, result.entries, read.foreign, version)
         raise LedgerConflictError("the ledger kept changing while it was being reconciled")
 
+    def view(self) -> ReadOnlyView:
+        """What :meth:`snapshot` would see, and the Horus pods, without writing anything (no ledger is
+        created, nothing reconciled or deleted): for readers such as the UI, which must not change a
+        placement. Bookings reconciliation would drop are left out."""
+        read = self._read(create_ledger=False)
+        pods = {p.reservation_id: p for p in read.horus_pods if p.reservation_id}
+        result = reconcile(read.ledger.entries, pods, self.clock())
+        state = self._state(read.nodes, result.entries, read.foreign, read.ledger.version)
+        return ReadOnlyView(state, result.entries, read.horus_pods)
+
+    def _read(self, create_ledger: bool) -> _Read:
+        nodes = self._api.call("list nodes", self.core.list_node, label_selector=PRODUCT_LABEL)
+        horus_pods = self._api.call("list Horus pods", self.core.list_pod_for_all_namespaces, label_selector=RESERVATION_LABEL)
+        others = self._api.call(
+            "list running pods", self.core.list_pod_for_all_namespaces, label_selector=f"!{RESERVATION_LABEL}",
+            field_selector="status.phase!=Succeeded,status.phase!=Failed",
+        )
+        foreign = tuple(p for p in map(PodView.from_api, others["items"]) if p.gpu_request and p.node)
+        return _Read(nodes["items"], tuple(map(PodView.from_api, horus_pods["items"])), foreign, self._read_ledger(create_ledger))
+
     def _state(
-        self, nodes: list[dict[str, Any]], entries: Mapping[str, LedgerEntry], foreign: list[PodView], version: str
+        self, nodes: list[dict[str, Any]], entries: Mapping[str, LedgerEntry], foreign: Sequence[PodView], version: str
     ) -> ClusterState:
         gpus = [gpu for node in nodes for gpu in node_gpus(node)]
         self._gpus = {g.gpu_id: g for g in gpus}
@@ -332,13 +366,15 @@ class KubernetesBackend:
             states.append(replace(gpu, residents=tuple(own)))
         return ClusterState(tuple(reversed(states)), version)
 
-    def _read_ledger(self) -> _LedgerRead:
+    def _read_ledger(self, create: bool = True) -> _LedgerRead:
         namespace, name = self.options.namespace, self.options.ledger_name
         try:
             raw = self._api.call("read the ledger", self.core.read_namespaced_config_map, name, namespace)
         except ApiException as exc:
             if exc.status != 404:
                 raise KubernetesApiError(f"Kubernetes API: reading ConfigMap {namespace}/{name} refused: {exc.status} {exc.reason}") from None
+            if not create:
+                return _LedgerRead("", {}, {})
             raw = self._create_ledger()
         data = dict(raw.get("data") or {})
         entries = {}

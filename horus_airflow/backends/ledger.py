@@ -9,12 +9,13 @@ time in: the ledger reads no clock.
 
 from __future__ import annotations
 
+import math
 import sqlite3
 import uuid
+from collections.abc import Iterator
 from contextlib import closing, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterator
 
 from horus_airflow.errors import LedgerConflictError
 from horus_airflow.placement.state import Resident
@@ -37,7 +38,17 @@ CREATE TABLE IF NOT EXISTS reservations (
     PRIMARY KEY (reservation_id, gpu_id)
 );
 CREATE INDEX IF NOT EXISTS reservations_active ON reservations (released_at, lease_expires_at);
+CREATE TABLE IF NOT EXISTS decisions (
+    reservation_id TEXT PRIMARY KEY,
+    profile TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    explanation TEXT NOT NULL
+);
 """
+_ACTIVE = (
+    "SELECT gpu_id, job_id, util, util_p90, mem_mib, signature FROM reservations "
+    "WHERE released_at IS NULL AND lease_expires_at > ? ORDER BY created_at"
+)
 
 
 @dataclass(frozen=True)
@@ -49,6 +60,35 @@ class Booking:
     util_p90: float
     mem_mib: float
     signature: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class DecisionNote:
+    """Why a reservation was made, journaled beside it so the UI can explain placements later:
+    ``explanation`` is the decision's JSON (chosen GPUs and the next best candidates)."""
+
+    profile: str
+    reason: str
+    explanation: str
+
+
+@dataclass(frozen=True)
+class JournalEntry:
+    """One reservation as the ledger remembers it, live or long released."""
+
+    reservation_id: str
+    job_id: str
+    owner: str
+    created_at: float
+    lease_expires_at: float
+    released_at: float | None
+    bookings: tuple[Booking, ...]
+    note: DecisionNote | None
+
+    def status(self, now: float) -> str:
+        if self.released_at is not None:
+            return "released"
+        return "live" if self.lease_expires_at > now else "expired"
 
 
 @dataclass(frozen=True)
@@ -73,24 +113,14 @@ class SqliteLedger:
     def active(self, now: float) -> tuple[int, dict[str, list[Resident]]]:
         """The ledger version and the live residents of every GPU (expired leases do not count)."""
         with closing(self._connect()) as conn:
-            conn.execute("BEGIN")
-            version = conn.execute("SELECT version FROM ledger_version").fetchone()[0]
-            rows = conn.execute(
-                "SELECT gpu_id, job_id, util, util_p90, mem_mib, signature FROM reservations "
-                "WHERE released_at IS NULL AND lease_expires_at > ? ORDER BY created_at",
-                (now,),
-            ).fetchall()
-            conn.execute("COMMIT")
-        residents: dict[str, list[Resident]] = {}
-        for gpu_id, job_id, util, util_p90, mem, signature in rows:
-            values = tuple(float(x) for x in signature.split(",")) if signature else ()
-            residents.setdefault(gpu_id, []).append(Resident(job_id, util, util_p90, mem, values))
-        return version, residents
+            return _active(conn, now)
 
     def reserve(
-        self, expected_version: int, job_id: str, owner: str, bookings: list[Booking], now: float, lease_s: float
+        self, expected_version: int, job_id: str, owner: str, bookings: list[Booking], now: float, lease_s: float,
+        note: DecisionNote | None = None,
     ) -> Reservation:
-        """Book every slot or none; raise LedgerConflictError if anyone wrote since ``expected_version``."""
+        """Book every slot or none, journaling ``note`` with them; raise LedgerConflictError if anyone
+        wrote since ``expected_version``."""
         reservation_id = uuid.uuid4().hex
         expires = now + lease_s
         with self._write() as conn:
@@ -106,6 +136,9 @@ class SqliteLedger:
                     for b in bookings
                 ],
             )
+            if note is not None:
+                conn.execute("INSERT INTO decisions (reservation_id, profile, reason, explanation) VALUES (?, ?, ?, ?)",
+                             (reservation_id, note.profile, note.reason, note.explanation))
             conn.execute("UPDATE ledger_version SET version = version + 1")
         return Reservation(reservation_id, job_id, owner, tuple(b.gpu_id for b in bookings), expires)
 
@@ -146,3 +179,79 @@ class SqliteLedger:
                 conn.execute("ROLLBACK")
                 raise
             conn.execute("COMMIT")
+
+
+class LedgerReader:
+    """The ledger opened read-only (SQLite ``mode=ro``): what the UI reads. It never creates the file,
+    migrates it or takes a write lock, so viewing cannot change a placement."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @property
+    def exists(self) -> bool:
+        return self.path.is_file()
+
+    def active(self, now: float) -> tuple[int, dict[str, list[Resident]]]:
+        """As :meth:`SqliteLedger.active`; an absent ledger is empty at version 0."""
+        if not self.exists:
+            return 0, {}
+        with closing(self._connect()) as conn:
+            return _active(conn, now)
+
+    def journal(self, limit: int, before: float | None = None) -> list[JournalEntry]:
+        """The ``limit`` most recent reservations (made before ``before`` when given), newest first."""
+        return self._entries("created_at < ?", (math.inf if before is None else before,), limit)
+
+    def live(self, now: float) -> list[JournalEntry]:
+        """The reservations holding GPUs now, newest first."""
+        return self._entries("released_at IS NULL AND lease_expires_at > ?", (now,), -1)
+
+    def entry(self, reservation_id: str) -> JournalEntry | None:
+        found = self._entries("reservation_id = ?", (reservation_id,), 1)
+        return found[0] if found else None
+
+    def _entries(self, where: str, params: tuple[object, ...], limit: int) -> list[JournalEntry]:
+        if not self.exists:
+            return []
+        with closing(self._connect()) as conn:
+            journaled = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'decisions'").fetchone()
+            # a ledger no worker has opened since decisions were journaled has no such table
+            note_columns = "d.profile, d.reason, d.explanation" if journaled else "NULL, NULL, NULL"
+            join = "LEFT JOIN decisions d USING (reservation_id)" if journaled else ""
+            rows = conn.execute(
+                f"""WITH chosen AS (
+                        SELECT reservation_id, MIN(created_at) AS created_at FROM reservations
+                        WHERE {where} GROUP BY reservation_id ORDER BY created_at DESC LIMIT ?)
+                    SELECT r.reservation_id, r.job_id, r.owner, r.created_at, r.lease_expires_at, r.released_at,
+                           r.gpu_id, r.util, r.util_p90, r.mem_mib, {note_columns}
+                    FROM chosen JOIN reservations r USING (reservation_id) {join}
+                    ORDER BY r.created_at DESC, r.reservation_id, r.rowid""",
+                (*params, limit),
+            ).fetchall()
+        entries: dict[str, JournalEntry] = {}
+        for rid, job, owner, created, expires, released, gpu, util, p90, mem, profile, reason, explanation in rows:
+            booking = Booking(gpu, util, p90, mem)
+            if rid in entries:
+                entries[rid] = replace(entries[rid], bookings=(*entries[rid].bookings, booking))
+                continue
+            note = DecisionNote(profile, reason, explanation) if profile is not None else None
+            entries[rid] = JournalEntry(rid, job, owner, created, expires, released, (booking,), note)
+        return list(entries.values())
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=5.0, isolation_level=None)
+        conn.execute("PRAGMA busy_timeout=5000")
+        return conn
+
+
+def _active(conn: sqlite3.Connection, now: float) -> tuple[int, dict[str, list[Resident]]]:
+    conn.execute("BEGIN")
+    version = conn.execute("SELECT version FROM ledger_version").fetchone()[0]
+    rows = conn.execute(_ACTIVE, (now,)).fetchall()
+    conn.execute("COMMIT")
+    residents: dict[str, list[Resident]] = {}
+    for gpu_id, job_id, util, util_p90, mem, signature in rows:
+        values = tuple(float(x) for x in signature.split(",")) if signature else ()
+        residents.setdefault(gpu_id, []).append(Resident(job_id, util, util_p90, mem, values))
+    return version, residents

@@ -13,11 +13,16 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
 
-from horus_airflow.backends.ledger import Booking, Reservation, SqliteLedger
+from horus_airflow.backends.ledger import (
+    Booking,
+    DecisionNote,
+    Reservation,
+    SqliteLedger,
+)
 from horus_airflow.errors import InventoryError
 from horus_airflow.features.gpus import GPU_SPECS, gpu_spec, gpu_type_from_nvml
 from horus_airflow.placement import ClusterState, Decision, GpuState
@@ -105,8 +110,9 @@ replace(gpu, residents=tuple(residents.get(gpu.gpu_id, ()))) for gpu in self.gpu
         for gpu_id in decision.gpu_ids:
             need = demand.on(self.gpu(gpu_id).gpu_type)
             bookings.append(Booking(gpu_id, need.util, need.util_p90, need.mem_mib, demand.signature))
+        note = DecisionNote(decision.profile, decision.reason, decision.explanation())
         return self.ledger.reserve(
-            decision.state_version, demand.job_id, owner, bookings, self.clock(), self.settings.lease_seconds
+            decision.state_version, demand.job_id, owner, bookings, self.clock(), self.settings.lease_seconds, note
         )
 
     def renew(self, reservation: Reservation) -> bool:

@@ -294,6 +294,7 @@ class HorusKubernetesPodOperator(KubernetesPodOperator):
             tags = {
                 "horus.source": "kubernetes",
                 "horus.pod": f"{remote_pod.metadata.namespace}/{remote_pod.metadata.name}",
+                "horus.reservation_id": entry.reservation_id,
                 "horus.placement.reason": annotations.get("horus.ai/placement-reason", ""),
                 "horus.placement.profile": annotations.get("horus.ai/profile", ""),
                 "horus.interference": annotations.get("horus.ai/interference", ""),

@@ -86,7 +86,7 @@ class HorusTrainingOperator(BaseOperator):
             outcome = run_job(
                 spec,
                 Settings.from_env(),
-                owner=f"{ti.dag_id}/{ti.task_id}/{ti.run_id}/{ti.try_number}",
+                owner=f"{ti.dag_id}/{ti.task_id}/{ti.run_id}/{ti.map_index}",
                 profile_name=self.profile,
                 placement_timeout_s=self.placement_timeout,
                 context_tags={

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Mapping, Sequence
@@ -24,7 +25,7 @@ from horus_airflow.placement.state import ClusterState
 from horus_airflow.predictor.demand import Demand
 
 _DEFAULT_INTERFERENCE = SummedUtilization()
-_TOP_IN_ANNOTATIONS = 5
+_EXPLAINED_ALTERNATIVES = 5
 
 
 @dataclass(frozen=True)
@@ -91,15 +92,20 @@ class Decision:
         return _candidates(self.trace) if self.trace else ()
 
     def to_dict(self, top: int | None = None) -> dict[str, Any]:
-        """JSON form; ``top`` keeps only the chosen GPUs and the ``top`` cheapest other candidates."""
+        """JSON form; ``top`` keeps only the chosen GPUs and the ``top`` cheapest other candidates, and
+        counts the rejected GPUs by the first filter each failed (``rejected``)."""
         candidates = self.candidates
+        summary = {}
         if top is not None:
             chosen = [c for c in candidates if c.gpu_id in self.gpu_ids]
             others = sorted((c for c in candidates if c.passed and c.gpu_id not in self.gpu_ids), key=lambda c: c.cost or 0.0)
+            rejected = Counter(next(name for name, v in c.verdicts if not v.passed) for c in candidates if not c.passed)
             candidates = (*chosen, *others[:top])
+            summary = {"rejected": dict(rejected.most_common())}
         return {
             "job_id": self.job_id, "profile": self.profile, "gpu_ids": list(self.gpu_ids), "reason": self.reason,
             "state_version": self.state_version, "cost": self.cost, "candidates": [c.to_dict() for c in candidates],
+            **summary,
         }
 
     def annotations(self, prefix: str = "horus.ai") -> dict[str, str]:
@@ -108,8 +114,13 @@ class Decision:
             f"{prefix}/placement-reason": self.reason[:1000],
             f"{prefix}/gpu-ids": ",".join(self.gpu_ids),
             f"{prefix}/profile": self.profile,
-            f"{prefix}/explanation": json.dumps(self.to_dict(top=_TOP_IN_ANNOTATIONS), separators=(",", ":")),
+            f"{prefix}/explanation": self.explanation(),
         }
+
+    def explanation(self) -> str:
+        """The compact explanation kept with a placement (pod annotation, ledger journal): the chosen
+        GPUs and the next best candidates, as JSON."""
+        return json.dumps(self.to_dict(top=_EXPLAINED_ALTERNATIVES), separators=(",", ":"))
 
 
 def place(demand: Demand, state: ClusterState, profile: Profile, interference: InterferenceModel | None = None) -> Decision:

@@ -1,0 +1,187 @@
+"""What the Horus view shows, worked out from a cluster state and the placements behind it. Pure: the
+readers in :mod:`horus_airflow.ui.sources` do the I/O, the app turns these into JSON."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+from horus_airflow.placement import ClusterState, GpuState
+
+EXTERNAL_PREFIX = "external:"
+
+
+@dataclass(frozen=True)
+class TaskRef:
+    """The Airflow task instance a placement belongs to, read from the ledger owner
+    ``dag_id/task_id/run_id/map_index`` (run ids may hold ``/``, dag and task ids may not)."""
+
+    dag_id: str
+    task_id: str
+    run_id: str
+    map_index: int
+
+    @classmethod
+    def parse(cls, owner: str) -> TaskRef | None:
+        parts = owner.split("/")
+        if len(parts) < 4 or not parts[-1].lstrip("-").isdigit():
+            return None
+        return cls(parts[0], parts[1], "/".join(parts[2:-1]), int(parts[-1]))
+
+    @property
+    def ui_path(self) -> str:
+        """The task instance's page in the Airflow 3 UI, relative to its base URL."""
+        path = f"dags/{quote(self.dag_id, safe='')}/runs/{quote(self.run_id, safe='')}/tasks/{quote(self.task_id, safe='')}"
+        return path + (f"/mapped/{self.map_index}" if self.map_index >= 0 else "")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"dag_id": self.dag_id, "task_id": self.task_id, "run_id": self.run_id, "map_index": self.map_index,
+                "ui_path": self.ui_path}
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Who holds a booking: its reservation and owner."""
+
+    reservation_id: str
+    job_id: str
+    owner: str
+
+    @property
+    def task(self) -> TaskRef | None:
+        return TaskRef.parse(self.owner)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A GPU as its telemetry last saw it: device-wide utilization (%) and used memory (MiB), each None
+    when the GPU does not report it, and how old the reading is."""
+
+    util: float | None
+    mem_mib: float | None
+    age_s: float
+
+
+@dataclass(frozen=True)
+class MapFilter:
+    """Which GPUs to show: node name containing ``node``, exactly ``gpu_type``, hosting a task of ``dag_id``."""
+
+    node: str | None = None
+    gpu_type: str | None = None
+    dag_id: str | None = None
+
+    def keeps(self, gpu: GpuState, dag_ids: set[str]) -> bool:
+        return ((not self.node or self.node.lower() in gpu.node.lower())
+                and (not self.gpu_type or gpu.gpu_type == self.gpu_type)
+                and (not self.dag_id or self.dag_id in dag_ids))
+
+
+@dataclass(frozen=True)
+class ClusterMap:
+    """Every GPU (grouped by node), the tasks on it and what was predicted and measured for it."""
+
+    source: str
+    as_of: float
+    state: ClusterState
+    placements: Mapping[str, Placement]  # by job id
+    measured: Mapping[str, Measured]  # by GPU id
+    notes: tuple[str, ...] = ()
+
+    def to_json(self, keep: MapFilter = MapFilter()) -> dict[str, Any]:
+        task_index: dict[str, int] = {}
+        tasks: list[dict[str, Any]] = []
+        nodes: dict[str, dict[str, Any]] = {}
+        dag_ids: set[str] = set()
+        busy = 0
+        for gpu in self.state.gpus:
+            gpu_dags = set()
+            for resident in gpu.residents:
+                placement = self.placements.get(resident.job_id)
+                if placement is not None and placement.task is not None:
+                    gpu_dags.add(placement.task.dag_id)
+            dag_ids |= gpu_dags
+            busy += bool(gpu.residents)
+            if not keep.keeps(gpu, gpu_dags):
+                continue
+            indices = []
+            for resident in gpu.residents:
+                key = resident.job_id
+                if key not in task_index:
+                    task_index[key] = len(tasks)
+                    placement = self.placements.get(key)
+                    task = placement.task if placement else None
+                    tasks.append({
+                        "job_id": key, "reservation_id": placement.reservation_id if placement else None,
+                        "task": task.to_json() if task else None, "external": key.startswith(EXTERNAL_PREFIX),
+                        "util": round(resident.util, 1), "util_p90": round(resident.util_p90, 1), "mem_mib": round(resident.mem_mib),
+                    })
+                indices.append(task_index[key])
+            measured = self.measured.get(gpu.gpu_id)
+            node = nodes.setdefault(gpu.node, {"name": gpu.node, "rack": gpu.rack, "gpus": []})
+            node["gpus"].append({
+                "gpu_id": gpu.gpu_id, "index": gpu.index, "gpu_type": gpu.gpu_type, "memory_mib": round(gpu.memory_mib),
+                "healthy": gpu.healthy, "declared": gpu.declared,
+                "predicted": {"util": round(gpu.summed_util, 1), "util_p90": round(sum(r.util_p90 for r in gpu.residents), 1),
+                              "mem_mib": round(gpu.used_mem_mib)},
+                "measured": None if measured is None else {
+                    "util": measured.util, "mem_mib": measured.mem_mib, "age_s": round(measured.age_s, 1)},
+                "tasks": indices,
+            })
+        return {
+            "source": self.source, "as_of": self.as_of, "version": self.state.version, "notes": list(self.notes),
+            "filter": {"node": keep.node, "gpu_type": keep.gpu_type, "dag_id": keep.dag_id},
+            "totals": {"nodes": len({g.node for g in self.state.gpus}), "gpus": len(self.state.gpus), "busy_gpus": busy},
+            "gpu_types": sorted({g.gpu_type for g in self.state.gpus}), "dag_ids": sorted(dag_ids),
+            "nodes": list(nodes.values()), "tasks": tasks,
+        }
+
+
+@dataclass(frozen=True)
+class DecisionRow:
+    """One placement as the decisions page lists it; ``explanation`` is the decision's JSON (chosen GPUs,
+    the next best candidates with their filter verdicts and score terms)."""
+
+    reservation_id: str
+    job_id: str
+    owner: str
+    created_at: float
+    status: str
+    gpu_ids: tuple[str, ...]
+    util: float
+    util_p90: float
+    mem_mib: float
+    profile: str
+    reason: str
+    explanation: str | None
+
+    def to_json(self, detail: bool = False) -> dict[str, Any]:
+        task = TaskRef.parse(self.owner)
+        row = {
+            "reservation_id": self.reservation_id, "job_id": self.job_id, "owner": self.owner,
+            "task": task.to_json() if task else None, "created_at": self.created_at, "status": self.status,
+            "gpu_ids": list(self.gpu_ids), "predicted": {"util": round(self.util, 1), "util_p90": round(self.util_p90, 1),
+                                                         "mem_mib": round(self.mem_mib)},
+            "profile": self.profile, "reason": self.reason, "explained": bool(self.explanation),
+        }
+        if detail:
+            row["explanation"] = _explanation(self.explanation)
+        return row
+
+
+def _explanation(text: str | None) -> dict[str, Any] | None:
+    """The stored explanation, or None when it is missing or unreadable (a placement made before
+    decisions were journaled, or a pod annotation someone edited)."""
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def dags_of(rows: Iterable[DecisionRow]) -> list[str]:
+    return sorted({task.dag_id for row in rows if (task := TaskRef.parse(row.owner))})

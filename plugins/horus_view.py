@@ -1,0 +1,13 @@
+"""Adds "Horus" to the Airflow 3 navigation: the cluster map, placement decisions, predictor versions
+and simulations (docs/UI.md). Airflow loads this file from its plugins folder
+(``AIRFLOW__CORE__PLUGINS_FOLDER``); the app itself lives in :mod:`horus_airflow.ui`."""
+
+from airflow.plugins_manager import AirflowPlugin
+
+from horus_airflow.ui import create_app
+
+
+class HorusViewPlugin(AirflowPlugin):
+    name = "horus"
+    fastapi_apps = [{"app": create_app(), "url_prefix": "/horus", "name": "Horus"}]
+    external_views = [{"name": "Horus", "href": "horus/", "destination": "nav", "url_route": "horus", "nav_top_level": True}]
