@@ -7,14 +7,21 @@ from __future__ import annotations
 import hashlib
 import socket
 import sqlite3
+import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
 
 from horus_airflow.backends.base import acquire
-from horus_airflow.backends.kubernetes import BOOKING_ANNOTATION, RESERVATION_LABEL, KubernetesBackend, KubernetesOptions, api_from_kubeconfig
+from horus_airflow.backends.kubernetes import (
+    BOOKING_ANNOTATION,
+    RESERVATION_LABEL,
+    KubernetesBackend,
+    KubernetesOptions,
+    api_from_kubeconfig,
+)
 from horus_airflow.backends.ledger import Booking, LedgerReader, SqliteLedger
 from horus_airflow.placement import load_profile
 from horus_airflow.predictor.demand import Demand, GpuDemand
@@ -22,7 +29,7 @@ from horus_airflow.settings import Settings
 from horus_airflow.ui import create_app
 from horus_airflow.ui.model import TaskRef
 from tests.kube_double import FakeKubeApi, gpu_node
-from tests.ui_seed import LIVE_OWNER, TEST_INPUT_UTIL, Seeded, seed
+from tests.ui_seed import TEST_INPUT_UTIL, Seeded, seed
 
 ROUTES = ["/", "/decisions", "/predictor", "/simulations", "/static/horus.js", "/api/v1", "/api/v1/openapi.json",
           "/api/v1/cluster", "/api/v1/decisions", "/api/v1/decisions/abc", "/api/v1/predictor", "/api/v1/simulations",
@@ -45,7 +52,7 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> Seeded:
 
 
 def client_for(settings: Settings, token: str | None) -> TestClient:
-    client = TestClient(create_app(lambda: settings, cache_s=0.0))
+    client = TestClient(create_app(lambda: settings, cache_s=0.0, stale_s=0.0))
     if token:
         client.cookies.set("_token", token)
     return client
@@ -299,3 +306,18 @@ current-context: x
     settings = Settings.from_env({"HORUS_HOME": str(tmp_path / "h"), "HORUS_UI_SOURCE": "kubernetes", "HORUS_KUBECONFIG": str(kubeconfig)})
     response = client_for(settings, token).get("/api/v1/cluster")
     assert response.status_code == 503 and "list nodes failed" in response.json()["detail"]
+
+
+def test_one_reading_serves_every_viewer_and_is_refreshed_in_the_background(tmp_path: Path, token: str) -> None:
+    settings = Settings.from_env({"HORUS_HOME": str(tmp_path / "h"), "HORUS_LOCAL_GPUS": "1xt4"})
+    api = TestClient(create_app(lambda: settings, cache_s=0.2, stale_s=30.0))
+    api.cookies.set("_token", token)
+    assert api.get("/api/v1/cluster").json()["totals"]["busy_gpus"] == 0
+    SqliteLedger(settings.ledger_path).reserve(0, "late", "d/t/r/-1", [Booking("local/0", 50, 60, 1000)], now=time.time(), lease_s=600)
+    assert api.get("/api/v1/cluster").json()["totals"]["busy_gpus"] == 0  # younger than cache_s: served as it is
+    time.sleep(0.3)
+    assert api.get("/api/v1/cluster").json()["totals"]["busy_gpus"] == 0  # stale: served, and refreshed meanwhile
+    deadline = time.monotonic() + 10
+    while api.get("/api/v1/cluster").json()["totals"]["busy_gpus"] == 0:
+        assert time.monotonic() < deadline, "the background refresh never landed"
+        time.sleep(0.05)

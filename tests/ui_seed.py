@@ -9,7 +9,6 @@ machine has no GPU) and one profiling run's GPU metrics (so the predicted-vs-mea
 from __future__ import annotations
 
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,10 +80,3 @@ def _reservation_of(settings: Settings, job_id: str) -> str:
     from horus_airflow.backends.ledger import LedgerReader
 
     return next(e.reservation_id for e in LedgerReader(settings.ledger_path).journal(50) if e.job_id == job_id)
-
-
-def wait_until(check, timeout_s: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from importlib import resources
-from typing import Annotated, Any, Callable
+from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -46,13 +48,16 @@ def _access() -> Callable[..., None]:
     return requires_access_view(AccessView.PLUGINS)
 
 
-def create_app(settings: Callable[[], Settings] = Settings.from_env, cache_s: float = 2.0) -> FastAPI:
+def create_app(
+    settings: Callable[[], Settings] = Settings.from_env, cache_s: float = 2.0, stale_s: float = 30.0
+) -> FastAPI:
     """The app; ``settings`` is read once, at the first request, so an Airflow API server started before
-    HORUS_* variables were final still sees them. ``cache_s``: how long one cluster reading serves every
-    viewer (the map polls; a big cluster should not be listed once per open tab)."""
+    HORUS_* variables were final still sees them. One cluster reading serves every viewer for ``cache_s``
+    and, refreshed in the background, for up to ``stale_s`` (a big cluster should not be listed once per
+    open tab, nor make each viewer wait for the listing)."""
     app = FastAPI(title="Horus for Airflow", version="1", docs_url=None, redoc_url=None, openapi_url=None,
                   dependencies=[Depends(_access())])
-    state = _State(settings, cache_s)
+    state = _State(settings, cache_s, stale_s)
 
     @app.exception_handler(RequestValidationError)
     async def _bad_query(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -101,11 +106,7 @@ def create_app(settings: Callable[[], Settings] = Settings.from_env, cache_s: fl
         gpu_type: Annotated[str | None, Query(pattern=_NAME, description="one GPU type, e.g. a100-80gb")] = None,
         dag_id: Annotated[str | None, Query(pattern=_NAME, description="GPUs hosting a task of this DAG")] = None,
     ) -> Response:
-        reading = state.cluster()
-        present = {g.gpu_type for g in reading.state.gpus}
-        if gpu_type and present and gpu_type not in present:
-            raise HTTPException(400, f"gpu_type {gpu_type!r} is not on this cluster; present: {', '.join(sorted(present))}")
-        return _json(reading.to_json(MapFilter(node, gpu_type, dag_id)))
+        return _json_bytes(state.cluster_json(MapFilter(node, gpu_type, dag_id)))
 
     @app.get(f"{API}/decisions", summary="Recent placements, newest first, with their one-line reasons")
     def decisions(
@@ -164,12 +165,14 @@ def create_app(settings: Callable[[], Settings] = Settings.from_env, cache_s: fl
 class _State:
     """Settings, the cluster source and a short-lived cluster reading, made at first use."""
 
-    def __init__(self, settings: Callable[[], Settings], cache_s: float) -> None:
+    def __init__(self, settings: Callable[[], Settings], cache_s: float, stale_s: float) -> None:
         self._settings_factory = settings
         self._settings: Settings | None = None
         self._source: ClusterSource | None = None
         self._cache_s = cache_s
-        self._cached: tuple[float, ClusterMap] | None = None
+        self._stale_s = max(stale_s, cache_s)
+        self._refreshing = threading.Lock()
+        self._cached: tuple[float, ClusterMap, dict[MapFilter, bytes]] | None = None
 
     def settings(self) -> Settings:
         if self._settings is None:
@@ -184,20 +187,49 @@ class _State:
                 raise SourceUnavailable(str(exc)) from None
         return self._source
 
-    def cluster(self) -> ClusterMap:
+    def cluster_json(self, keep: MapFilter) -> bytes:
+        """The map as JSON. A reading younger than ``cache_s`` is served as it is; one younger than
+        ``stale_s`` is served while a fresh one is read in the background (the page shows its time), so
+        a viewer waits for the API server only on the first request or after a long idle spell. Each
+        filter's answer is serialised once per reading: building an 8,192-GPU answer costs more than
+        serving it."""
         now = time.monotonic()
-        if self._cached is None or now - self._cached[0] >= self._cache_s:
-            self._cached = (now, self.source().cluster())
-        return self._cached[1]
+        cached = self._cached
+        if cached is None or now - cached[0] >= self._stale_s:
+            cached = self._cached = (time.monotonic(), self.source().cluster(), {})
+        elif now - cached[0] >= self._cache_s and self._refreshing.acquire(blocking=False):
+            threading.Thread(target=self._refresh, name="horus-view-refresh", daemon=True).start()
+        _, reading, answers = cached
+        if keep not in answers:
+            present = {g.gpu_type for g in reading.state.gpus}
+            if keep.gpu_type and present and keep.gpu_type not in present:
+                raise HTTPException(400, f"gpu_type {keep.gpu_type!r} is not on this cluster; present: {', '.join(sorted(present))}")
+            answers[keep] = _dumps(reading.to_json(keep))
+        return answers[keep]
+
+    def _refresh(self) -> None:
+        try:
+            self._cached = (time.monotonic(), self.source().cluster(), {})
+        except Exception:
+            log.warning("Horus view: refreshing the cluster reading failed", exc_info=True)
+        finally:
+            self._refreshing.release()
 
     def mlflow(self) -> MlflowReader:
         return MlflowReader(self.settings())
 
 
 def _json(payload: Any) -> Response:
+    return _json_bytes(_dumps(payload))
+
+
+def _dumps(payload: Any) -> bytes:
     """JSON without FastAPI's per-field encoding pass, which costs more than the data on a big map."""
-    return Response(json.dumps(payload, separators=(",", ":"), allow_nan=False), media_type="application/json",
-                    headers={"Cache-Control": "no-store"})
+    return json.dumps(payload, separators=(",", ":"), allow_nan=False).encode()
+
+
+def _json_bytes(content: bytes) -> Response:
+    return Response(content, media_type="application/json", headers={"Cache-Control": "no-store"})
 
 
 def _asset(name: str) -> bytes:

@@ -4,8 +4,9 @@ readers in :mod:`horus_airflow.ui.sources` do the I/O, the app turns these into 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 from urllib.parse import quote
 
@@ -50,7 +51,7 @@ class Placement:
     job_id: str
     owner: str
 
-    @property
+    @cached_property
     def task(self) -> TaskRef | None:
         return TaskRef.parse(self.owner)
 
@@ -181,7 +182,3 @@ def _explanation(text: str | None) -> dict[str, Any] | None:
     except json.JSONDecodeError:
         return None
     return value if isinstance(value, dict) else None
-
-
-def dags_of(rows: Iterable[DecisionRow]) -> list[str]:
-    return sorted({task.dag_id for row in rows if (task := TaskRef.parse(row.owner))})

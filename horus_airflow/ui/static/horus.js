@@ -69,6 +69,7 @@ async function cluster() {
     fillSelect(filters.gpu_type, clusterData.gpu_types);
     fillSelect(filters.dag_id, clusterData.dag_ids);
     drawMap(clusterData);
+    document.documentElement.dataset.drawnAt = String(performance.now()); // ms since navigation: what bench_ui.py reads
     status(`${clusterData.source} · as of ${new Date(clusterData.as_of * 1000).toLocaleTimeString()} · drawn in ${Math.round(performance.now() - started)} ms`);
   };
   filters.node.addEventListener("input", () => { clearTimeout(timer); timer = setTimeout(load, 300); });
@@ -124,7 +125,7 @@ function showGpu(cell) {
   const rows = gpu.tasks.map(i => clusterData.tasks[i]).map(t => `<tr><td>${t.external ? '<span class="muted">a pod Horus did not place</span>' : taskLink(t.task)}</td>
       <td>${esc(t.job_id)}</td><td>${fmt(t.util)} %</td><td>${fmt(t.util_p90)} %</td><td>${fmt(t.mem_mib)} MiB</td>
       <td>${t.reservation_id ? `<a href="${BASE}decisions#${esc(t.reservation_id)}">why here</a>` : ""}</td></tr>`).join("");
-  document.getElementById("gpu-detail").innerHTML = `<div class="detail"><h2>${esc(gpu.gpu_id)} · ${esc(gpu.gpu_type)}${gpu.declared ? " (declared, not measured)" : ""}${gpu.healthy ? "" : " · unhealthy"}</h2>
+  document.getElementById("gpu-detail").innerHTML = `<div class="detail"><h2>${esc(gpu.gpu_id)} · ${esc(gpu.gpu_type)}${gpu.declared ? " (declared in HORUS_LOCAL_GPUS)" : ""}${gpu.healthy ? "" : " · unhealthy"}</h2>
     <table><tr><th></th><th>utilization</th><th>utilization p90</th><th>memory</th></tr>
     <tr><td>predicted (sum of tasks)</td><td>${fmt(gpu.predicted.util)} %</td><td>${fmt(gpu.predicted.util_p90)} %</td><td>${fmt(gpu.predicted.mem_mib)} of ${fmt(gpu.memory_mib)} MiB</td></tr>
     <tr><td>measured</td><td>${measured ? fmt(measured.util) + " %" : "not measured"}</td><td></td><td>${measured && measured.mem_mib !== null ? fmt(measured.mem_mib) + " MiB" : ""}${measured ? ` <span class="muted">(${fmt(measured.age_s)} s ago)</span>` : ""}</td></tr></table>
@@ -237,7 +238,7 @@ function modelSection(model, i) {
   const metrics = [...new Set(model.versions.flatMap(v => Object.keys(v.metrics)))].sort();
   const primary = metrics.includes(PRIMARY[model.name]) ? PRIMARY[model.name] : metrics[0];
   const rows = model.versions.slice().reverse().map(v => `<tr><td>v${esc(v.version)}</td><td>${v.aliases.map(a => `<span class="badge ${esc(a)}">${esc(a)}</span>`).join("")}</td>
-      <td>${esc(when(v.created_at))}</td><td>${fmt(v.metrics[primary], 3)}</td><td class="muted">${esc(v.run_id || "")}</td></tr>`).join("");
+      <td>${esc(when(v.created_at))}</td><td>${fmt(v.metrics[primary], 3)}</td><td class="muted" title="${esc(v.run_id || "")}">${esc((v.run_id || "").slice(0, 8))}</td></tr>`).join("");
   return `<h2>${esc(model.name)}</h2><div class="grid2"><div><table><tr><th>version</th><th>aliases</th><th>registered</th><th>${esc(primary)}</th><th>training run</th></tr>${rows}</table></div>
     <div><label class="muted">metric <select id="metric-${i}">${metrics.map(k => `<option${k === primary ? " selected" : ""}>${esc(k)}</option>`).join("")}</select></label>
     <div id="plot-${i}"></div></div></div>`;
@@ -248,7 +249,7 @@ function lineChart(versions, metric) {
   if (!points.length) return '<p class="muted">No version logged this metric.</p>';
   const W = 420, H = 180, P = 34;
   const xs = points.map(p => p.x), ys = points.map(p => p.y);
-  const [x0, x1] = [Math.min(...xs), Math.max(...xs)], [y0, y1] = [Math.min(0, ...ys), Math.max(...ys) || 1];
+  const [x0, x1] = [Math.min(...xs), Math.max(...xs)], [y0, y1] = [Math.min(0, ...ys), 1.15 * Math.max(...ys) || 1];
   const sx = x => P + (x1 === x0 ? (W - 2 * P) / 2 : (x - x0) / (x1 - x0) * (W - 2 * P));
   const sy = y => H - P + (P - H) * (y - y0) / ((y1 - y0) || 1) + 6;
   const line = points.map(p => `${sx(p.x).toFixed(1)},${sy(p.y).toFixed(1)}`).join(" ");
