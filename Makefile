@@ -11,8 +11,9 @@ export AIRFLOW__CORE__DAGS_FOLDER ?= $(CURDIR)/dags
 export AIRFLOW__CORE__LOAD_EXAMPLES ?= False
 export MLFLOW_DISABLE_TELEMETRY ?= true
 export HORUS_PROJECT_ROOT ?= $(CURDIR)
+export AIRFLOW__CORE__PLUGINS_FOLDER ?= $(CURDIR)/plugins
 
-.PHONY: install demo test evaluate clean
+.PHONY: install browser demo test evaluate clean
 
 install: $(STAMP)
 
@@ -33,7 +34,13 @@ demo: $(STAMP)
 evaluate: $(STAMP)
 	$(BIN)/python benchmarks/evaluate.py --out evaluation
 
-test: $(STAMP)
+# The UI's browser tests drive Debian's headless Chromium (Playwright's own download does not work here).
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium chromium-driver; }
+
+test: $(STAMP) browser
 	$(BIN)/python -m pytest -ra $(PYTEST_ARGS)
 
 clean:

@@ -92,6 +92,8 @@ def open_ui_commands(settings: Settings, dags_folder: Path) -> str:
         "--host 127.0.0.1 --port 5000    # then open http://127.0.0.1:5000\n"
         f"  Airflow UI: PATH={bin_dir}:$PATH HORUS_HOME={settings.home} {declared}"
         f"AIRFLOW_HOME={settings.airflow_home} AIRFLOW__CORE__DAGS_FOLDER={dags_folder.resolve()} "
+        f"AIRFLOW__CORE__PLUGINS_FOLDER={settings.project_file('plugins')} "
         "AIRFLOW__CORE__LOAD_EXAMPLES=False airflow standalone    # then open http://127.0.0.1:8080, user admin, "
-        f"password in {settings.airflow_home / 'simple_auth_manager_passwords.json.generated'}"
+        f"password in {settings.airflow_home / 'simple_auth_manager_passwords.json.generated'}; "
+        "\"Horus\" in the menu shows the placements"
     )
