@@ -220,3 +220,11 @@ def test_cluster_state_json_round_trips_and_bad_input_is_named() -> None:
     assert ClusterState.from_dict(json.loads(json.dumps(state.to_dict()))) == state
     with pytest.raises(HorusError, match="malformed cluster state .*expected"):
         ClusterState.from_dict({"gpus": [{"node": "n"}]})
+
+
+def test_the_kept_explanation_counts_rejected_gpus_by_their_first_failing_filter() -> None:
+    gpus = tuple(GpuState(f"n/{i}", "n", i, "t4", memory) for i, memory in enumerate((16_000.0, 1_000.0, 1_000.0, 16_000.0)))
+    demand = Demand("j", 1, {"t4": GpuDemand(30.0, 40.0, 8_000.0)})
+    kept = json.loads(place(demand, ClusterState(gpus), load_profile("horus-paper")).explanation())
+    assert kept["rejected"] == {"memory-fit": 2}
+    assert {c["gpu_id"] for c in kept["candidates"]} == {"n/0", "n/3"}
