@@ -47,6 +47,15 @@ def airflow_db() -> Path:
     return Path(os.environ["AIRFLOW_HOME"])
 
 
+@pytest.fixture(scope="session")
+def token(airflow_db: Path) -> str:
+    """A viewer's JWT from Airflow's own auth manager (its validation looks up revoked tokens in the DB)."""
+    from airflow.api_fastapi.app import init_auth_manager
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+
+    return init_auth_manager().generate_jwt(SimpleAuthManagerUser(username="viewer", role="viewer"))
+
+
 @pytest.fixture
 def horus_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A fresh HORUS_HOME (ledger + MLflow store) for one test."""

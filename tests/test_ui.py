@@ -37,15 +37,6 @@ ROUTES = ["/", "/decisions", "/predictor", "/simulations", "/static/horus.js", "
 
 
 @pytest.fixture(scope="module")
-def token(airflow_db: Path) -> str:
-    """A viewer's JWT from Airflow's own auth manager (validation looks up revoked tokens in its DB)."""
-    from airflow.api_fastapi.app import init_auth_manager
-    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
-
-    return init_auth_manager().generate_jwt(SimpleAuthManagerUser(username="viewer", role="viewer"))
-
-
-@pytest.fixture(scope="module")
 def seeded(tmp_path_factory: pytest.TempPathFactory) -> Seeded:
     home = tmp_path_factory.mktemp("ui") / "horus"
     return seed(Settings.from_env({"HORUS_HOME": str(home), "HORUS_LOCAL_GPUS": "2xa100-80gb"}))

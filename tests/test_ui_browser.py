@@ -216,14 +216,6 @@ def test_simulations_page_shows_the_report_and_its_plot(browser, airflow) -> Non
 
 
 # --- the same app under uvicorn, for other Horus homes ----------------------------------------------
-@pytest.fixture(scope="module")
-def token(airflow_db: Path) -> str:
-    from airflow.api_fastapi.app import init_auth_manager
-    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
-
-    return init_auth_manager().generate_jwt(SimpleAuthManagerUser(username="viewer", role="viewer"))
-
-
 def serve(settings: Settings) -> Iterator[str]:
     import uvicorn
 
