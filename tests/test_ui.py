@@ -312,3 +312,12 @@ def test_one_reading_serves_every_viewer_and_is_refreshed_in_the_background(tmp_
     while api.get("/api/v1/cluster").json()["totals"]["busy_gpus"] == 0:
         assert time.monotonic() < deadline, "the background refresh never landed"
         time.sleep(0.05)
+
+
+def test_decisions_filter_by_dag_in_the_ledger_itself(tmp_path: Path) -> None:
+    ledger = SqliteLedger(tmp_path / "ledger.sqlite")
+    for i, owner in enumerate(["team_a/t/r/-1", "teamXa/t/r/-1", "TEAM_A/t/r/-1", "team_a/u/r/-1"]):
+        ledger.reserve(i, f"j{i}", owner, [Booking("local/0", 1, 1, 1)], now=float(i), lease_s=10)
+    reader = LedgerReader(tmp_path / "ledger.sqlite")
+    assert [e.job_id for e in reader.journal(10, owner_prefix="team_a/")] == ["j3", "j0"]  # exact: no wildcard, case kept
+    assert [e.job_id for e in reader.journal(1, before=3.0, owner_prefix="team_a/")] == ["j0"]

@@ -199,9 +199,11 @@ class LedgerReader:
         with closing(self._connect()) as conn:
             return _active(conn, now)
 
-    def journal(self, limit: int, before: float | None = None) -> list[JournalEntry]:
-        """The ``limit`` most recent reservations (made before ``before`` when given), newest first."""
-        return self._entries("created_at < ?", (math.inf if before is None else before,), limit)
+    def journal(self, limit: int, before: float | None = None, owner_prefix: str = "") -> list[JournalEntry]:
+        """The ``limit`` most recent reservations (made before ``before``, by owners starting with
+        ``owner_prefix``, when given), newest first."""
+        return self._entries("created_at < ? AND substr(owner, 1, ?) = ?",
+                             (math.inf if before is None else before, len(owner_prefix), owner_prefix), limit)
 
     def live(self, now: float) -> list[JournalEntry]:
         """The reservations holding GPUs now, newest first."""

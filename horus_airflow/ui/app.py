@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict
+from html import escape
 from importlib import resources
 from typing import Annotated, Any
 
@@ -74,8 +75,9 @@ def create_app(
         """The API answers JSON; a page says in words that the user has to sign in to Airflow."""
         if f"{API}/" not in f"{request.url.path}/" and "/static/" not in request.url.path and exc.status_code in (401, 403):
             why = "Sign in to Airflow first" if exc.status_code == 401 else "Your Airflow role may not view plugins"
+            airflow = request.scope.get("root_path", "").rsplit("/", 1)[0] + "/"  # the app is mounted at <airflow>/horus
             return HTMLResponse(f"<!doctype html><title>Horus</title><p>{why}, then open Horus from the Airflow menu. "
-                                f"<a href=\"../\" target=\"_top\">Airflow</a></p>", status_code=exc.status_code)
+                                f"<a href=\"{escape(airflow)}\" target=\"_top\">Airflow</a></p>", status_code=exc.status_code)
         return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
 
     @app.get("/", include_in_schema=False)
@@ -115,9 +117,7 @@ def create_app(
         dag_id: Annotated[str | None, Query(pattern=_NAME)] = None,
     ) -> Response:
         source = state.source()
-        rows = source.decisions(limit if dag_id is None else 500, before)
-        if dag_id is not None:
-            rows = [r for r in rows if r.owner.split("/", 1)[0] == dag_id][:limit]
+        rows = source.decisions(limit, before, dag_id)
         return _json({"source": source.name, "decisions": [r.to_json() for r in rows],
                       "next_before": rows[-1].created_at if len(rows) == limit else None})
 

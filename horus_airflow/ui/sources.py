@@ -56,7 +56,7 @@ class ClusterSource(Protocol):
 
     def cluster(self) -> ClusterMap: ...
 
-    def decisions(self, limit: int, before: float | None) -> list[DecisionRow]: ...
+    def decisions(self, limit: int, before: float | None, dag_id: str | None) -> list[DecisionRow]: ...
 
     def decision(self, reservation_id: str) -> DecisionRow | None: ...
 
@@ -98,9 +98,9 @@ class LocalSource:
         placements = {e.job_id: Placement(e.reservation_id, e.job_id, e.owner) for e in live}
         return ClusterMap(self.name, now, state, placements, live_measurements(self.settings.runs_dir, live, now), tuple(notes))
 
-    def decisions(self, limit: int, before: float | None) -> list[DecisionRow]:
+    def decisions(self, limit: int, before: float | None, dag_id: str | None) -> list[DecisionRow]:
         now = self.clock()
-        return [_journal_row(e, now) for e in self.ledger.journal(limit, before)]
+        return [_journal_row(e, now) for e in self.ledger.journal(limit, before, f"{dag_id}/" if dag_id else "")]
 
     def decision(self, reservation_id: str) -> DecisionRow | None:
         entry = self.ledger.entry(reservation_id)
@@ -188,9 +188,9 @@ class KubernetesSource:
             notes = ()
         return ClusterMap(self.name, self.clock(), view.state, placements, {}, notes)
 
-    def decisions(self, limit: int, before: float | None) -> list[DecisionRow]:
-        rows = self._rows()
-        return [r for r in rows if before is None or r.created_at < before][:limit]
+    def decisions(self, limit: int, before: float | None, dag_id: str | None) -> list[DecisionRow]:
+        return [r for r in self._rows() if (before is None or r.created_at < before)
+                and (dag_id is None or r.owner.startswith(f"{dag_id}/"))][:limit]
 
     def decision(self, reservation_id: str) -> DecisionRow | None:
         return next((r for r in self._rows() if r.reservation_id == reservation_id), None)
