@@ -16,16 +16,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from horus_airflow.backends.kubernetes import (
-    BOOKING_ANNOTATION,
-    KubernetesBackend,
-    KubernetesOptions,
-    LedgerEntry,
-    ReadOnlyView,
-    api_from_kubeconfig,
-)
 from horus_airflow.backends.ledger import JournalEntry, LedgerReader
 from horus_airflow.backends.local import discover_inventory
 from horus_airflow.errors import HorusError
@@ -38,6 +30,13 @@ from horus_airflow.simulator.report import SIMULATION_EXPERIMENT
 from horus_airflow.telemetry.samples import Sample
 from horus_airflow.telemetry.wrapper import SAMPLES_FILE
 from horus_airflow.ui.model import ClusterMap, DecisionRow, Measured, Placement
+
+if TYPE_CHECKING:  # the kubernetes client is an optional dependency: imported only by that source
+    from horus_airflow.backends.kubernetes import (
+        KubernetesBackend,
+        LedgerEntry,
+        ReadOnlyView,
+    )
 
 log = logging.getLogger(__name__)
 
@@ -168,6 +167,12 @@ class KubernetesSource:
         self._backend: KubernetesBackend | None = None
 
     def _view(self) -> ReadOnlyView:
+        from horus_airflow.backends.kubernetes import (
+            KubernetesBackend,
+            KubernetesOptions,
+            api_from_kubeconfig,
+        )
+
         if self._backend is None:
             api = api_from_kubeconfig(self.settings.kubeconfig, self.settings.kube_context)
             options = KubernetesOptions(namespace=self.settings.kubernetes_namespace, attempts=2, request_timeout_s=5.0)
@@ -198,6 +203,8 @@ class KubernetesSource:
     def _rows(self) -> list[DecisionRow]:
         """Placements whose pods still exist (finished pods are deleted by default; their decisions stay
         in their MLflow profiling runs) and bookings whose pods are not created yet."""
+        from horus_airflow.backends.kubernetes import BOOKING_ANNOTATION, LedgerEntry
+
         view = self._view()
         rows: dict[str, DecisionRow] = {}
         for pod in view.pods:
