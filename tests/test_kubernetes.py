@@ -237,13 +237,13 @@ def test_an_unreachable_server_is_one_line(fake: FakeKubeApi, tmp_path: Path) ->
 def test_many_placements_at_once_never_over_commit(fake: FakeKubeApi, tmp_path: Path, profile: str) -> None:
     errors: list[BaseException] = []
     backends = [backend_for(fake, tmp_path, KubernetesOptions(namespace="horus", attempts=8, backoff_s=0.01)) for _ in range(6)]
-    conflicts = [0]
+    start = threading.Barrier(len(backends))
 
     def worker(index: int) -> None:
+        start.wait()
         for j in range(4):
             try:
-                got = acquire(backends[index], demand(f"w{index}-{j}", util=35, mem=30_000), load_profile(profile), f"w{index}-{j}", 0, poll_s=0)
-                conflicts[0] += got.conflicts
+                acquire(backends[index], demand(f"w{index}-{j}", util=35, mem=30_000), load_profile(profile), f"w{index}-{j}", 0, poll_s=0)
             except Exception as exc:  # noqa: BLE001 - collected and asserted on below
                 errors.append(exc)
 
@@ -263,4 +263,4 @@ def test_many_placements_at_once_never_over_commit(fake: FakeKubeApi, tmp_path: 
     assert len(booked) + len(errors) == 24
     assert len(booked) == 7 * limit  # every healthy GPU is used to its limit, and no more
     assert all("not placed within" in str(e) for e in errors), errors
-    assert conflicts[0] > 0
+    assert fake.conflicts > 0  # the API server refused stale writes: the workers really raced
