@@ -321,3 +321,19 @@ def test_decisions_filter_by_dag_in_the_ledger_itself(tmp_path: Path) -> None:
     reader = LedgerReader(tmp_path / "ledger.sqlite")
     assert [e.job_id for e in reader.journal(10, owner_prefix="team_a/")] == ["j3", "j0"]  # exact: no wildcard, case kept
     assert [e.job_id for e in reader.journal(1, before=3.0, owner_prefix="team_a/")] == ["j0"]
+
+
+def test_placements_of_dags_the_viewer_may_not_read_are_hidden(api: TestClient, seeded: Seeded, monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow.api_fastapi.app import get_auth_manager
+
+    manager = get_auth_manager()
+    allowed = manager.is_authorized_dag
+    monkeypatch.setattr(manager, "is_authorized_dag", lambda *, details=None, **kw: details.id != "ui_dag" and allowed(details=details, **kw))
+    body = api.get("/api/v1/cluster").json()
+    [task] = body["tasks"]
+    assert task == {"job_id": "hidden", "reservation_id": None, "task": None, "external": False, "util": 55.0, "util_p90": 70.0, "mem_mib": 30000}
+    assert body["dag_ids"] == [] and body["totals"]["busy_gpus"] == 1  # the GPU is still shown as taken
+    assert api.get("/api/v1/decisions").json()["decisions"] == []
+    assert api.get(f"/api/v1/decisions/{seeded.live_reservation}").status_code == 404
+    monkeypatch.setattr(manager, "is_authorized_dag", allowed)
+    assert api.get("/api/v1/cluster").json()["tasks"][0]["task"]["dag_id"] == "ui_dag"

@@ -49,6 +49,22 @@ def _access() -> Callable[..., None]:
     return requires_access_view(AccessView.PLUGINS)
 
 
+def _user() -> Callable[..., Any]:
+    from airflow.api_fastapi.core_api.security import get_user
+
+    return get_user
+
+
+def _hidden(user: Any, dag_ids: set[str]) -> frozenset[str]:
+    """The DAGs among ``dag_ids`` this user may not read (per-DAG permissions of the auth manager): their
+    placements are left out, or shown without names on the map."""
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
+
+    manager = get_auth_manager()
+    return frozenset(d for d in dag_ids if not manager.is_authorized_dag(method="GET", user=user, details=DagDetails(id=d)))
+
+
 def create_app(
     settings: Callable[[], Settings] = Settings.from_env, cache_s: float = 2.0, stale_s: float = 30.0
 ) -> FastAPI:
@@ -107,24 +123,30 @@ def create_app(
         node: Annotated[str | None, Query(max_length=253, description="node names containing this")] = None,
         gpu_type: Annotated[str | None, Query(pattern=_NAME, description="one GPU type, e.g. a100-80gb")] = None,
         dag_id: Annotated[str | None, Query(pattern=_NAME, description="GPUs hosting a task of this DAG")] = None,
+        user: Annotated[Any, Depends(_user())] = None,
     ) -> Response:
-        return _json_bytes(state.cluster_json(MapFilter(node, gpu_type, dag_id)))
+        return _json_bytes(state.cluster_json(MapFilter(node, gpu_type, dag_id), user))
 
     @app.get(f"{API}/decisions", summary="Recent placements, newest first, with their one-line reasons")
     def decisions(
         limit: Annotated[int, Query(ge=1, le=500)] = 50,
         before: Annotated[float | None, Query(ge=0, description="only placements made before this Unix time (paging)")] = None,
         dag_id: Annotated[str | None, Query(pattern=_NAME)] = None,
+        user: Annotated[Any, Depends(_user())] = None,
     ) -> Response:
         source = state.source()
-        rows = source.decisions(limit, before, dag_id)
+        page = source.decisions(limit, before, dag_id)
+        hidden = _hidden(user, {r.dag_id for r in page if r.dag_id})
+        rows = [r for r in page if r.dag_id not in hidden]  # a page may come out short; next_before still pages on
         return _json({"source": source.name, "decisions": [r.to_json() for r in rows],
-                      "next_before": rows[-1].created_at if len(rows) == limit else None})
+                      "next_before": page[-1].created_at if len(page) == limit else None})
 
     @app.get(f"{API}/decisions/{{reservation_id}}", summary="One placement: candidates, filter verdicts, score terms, its MLflow runs")
-    def decision(reservation_id: Annotated[str, Path(pattern=r"^[A-Za-z0-9-]{1,64}$")]) -> Response:
+    def decision(
+        reservation_id: Annotated[str, Path(pattern=r"^[A-Za-z0-9-]{1,64}$")], user: Annotated[Any, Depends(_user())] = None,
+    ) -> Response:
         row = state.source().decision(reservation_id)
-        if row is None:
+        if row is None or (row.dag_id and _hidden(user, {row.dag_id})):
             raise HTTPException(404, f"no placement with reservation id {reservation_id!r}")
         try:
             runs, runs_error = state.mlflow().runs_of_reservation(reservation_id), None
@@ -172,7 +194,7 @@ class _State:
         self._cache_s = cache_s
         self._stale_s = max(stale_s, cache_s)
         self._refreshing = threading.Lock()
-        self._cached: tuple[float, ClusterMap, dict[MapFilter, bytes]] | None = None
+        self._cached: tuple[float, ClusterMap, dict[tuple[MapFilter, frozenset[str]], bytes]] | None = None
 
     def settings(self) -> Settings:
         if self._settings is None:
@@ -187,12 +209,12 @@ class _State:
                 raise SourceUnavailable(str(exc)) from None
         return self._source
 
-    def cluster_json(self, keep: MapFilter) -> bytes:
+    def cluster_json(self, keep: MapFilter, user: Any) -> bytes:
         """The map as JSON. A reading younger than ``cache_s`` is served as it is; one younger than
         ``stale_s`` is served while a fresh one is read in the background (the page shows its time), so
         a viewer waits for the API server only on the first request or after a long idle spell. Each
-        filter's answer is serialised once per reading: building an 8,192-GPU answer costs more than
-        serving it."""
+        filter's answer (and set of DAGs the viewer may not read) is serialised once per reading: building
+        an 8,192-GPU answer costs more than serving it."""
         now = time.monotonic()
         cached = self._cached
         if cached is None or now - cached[0] >= self._stale_s:
@@ -200,12 +222,13 @@ class _State:
         elif now - cached[0] >= self._cache_s and self._refreshing.acquire(blocking=False):
             threading.Thread(target=self._refresh, name="horus-view-refresh", daemon=True).start()
         _, reading, answers = cached
-        if keep not in answers:
+        key = (keep, _hidden(user, set(reading.dag_ids)))
+        if key not in answers:
             present = {g.gpu_type for g in reading.state.gpus}
             if keep.gpu_type and present and keep.gpu_type not in present:
                 raise HTTPException(400, f"gpu_type {keep.gpu_type!r} is not on this cluster; present: {', '.join(sorted(present))}")
-            answers[keep] = _dumps(reading.to_json(keep))
-        return answers[keep]
+            answers[key] = _dumps(reading.to_json(*key))
+        return answers[key]
 
     def _refresh(self) -> None:
         try:

@@ -91,7 +91,14 @@ class ClusterMap:
     measured: Mapping[str, Measured]  # by GPU id
     notes: tuple[str, ...] = ()
 
-    def to_json(self, keep: MapFilter = MapFilter()) -> dict[str, Any]:
+    @cached_property
+    def dag_ids(self) -> frozenset[str]:
+        """The DAGs whose tasks hold GPUs in this reading."""
+        return frozenset(p.task.dag_id for p in self.placements.values() if p.task is not None)
+
+    def to_json(self, keep: MapFilter = MapFilter(), hidden: frozenset[str] = frozenset()) -> dict[str, Any]:
+        """The map as the API answers it; tasks of ``hidden`` DAGs (ones the viewer may not read) keep
+        their GPU and demand but lose every name."""
         task_index: dict[str, int] = {}
         tasks: list[dict[str, Any]] = []
         nodes: dict[str, dict[str, Any]] = {}
@@ -101,7 +108,7 @@ class ClusterMap:
             gpu_dags = set()
             for resident in gpu.residents:
                 placement = self.placements.get(resident.job_id)
-                if placement is not None and placement.task is not None:
+                if placement is not None and placement.task is not None and placement.task.dag_id not in hidden:
                     gpu_dags.add(placement.task.dag_id)
             dag_ids |= gpu_dags
             busy += bool(gpu.residents)
@@ -114,9 +121,11 @@ class ClusterMap:
                     task_index[key] = len(tasks)
                     placement = self.placements.get(key)
                     task = placement.task if placement else None
+                    masked = task is not None and task.dag_id in hidden
                     tasks.append({
-                        "job_id": key, "reservation_id": placement.reservation_id if placement else None,
-                        "task": task.to_json() if task else None, "external": key.startswith(EXTERNAL_PREFIX),
+                        "job_id": "hidden" if masked else key,
+                        "reservation_id": placement.reservation_id if placement and not masked else None,
+                        "task": task.to_json() if task and not masked else None, "external": key.startswith(EXTERNAL_PREFIX),
                         "util": round(resident.util, 1), "util_p90": round(resident.util_p90, 1), "mem_mib": round(resident.mem_mib),
                     })
                 indices.append(task_index[key])
@@ -157,6 +166,11 @@ class DecisionRow:
     profile: str
     reason: str
     explanation: str | None
+
+    @property
+    def dag_id(self) -> str | None:
+        task = TaskRef.parse(self.owner)
+        return task.dag_id if task else None
 
     def to_json(self, detail: bool = False) -> dict[str, Any]:
         task = TaskRef.parse(self.owner)
