@@ -93,3 +93,27 @@ def test_the_operator_side_loads_the_champion_then_its_cache_then_the_prior(
     bare = load_predictor(Settings.from_env())
     assert isinstance(bare, AnalyticPrior)
     assert "registry unreachable" in bare.predict("j", features, 1, [GPU_SPECS["v100"]]).explained()
+
+
+def test_many_workers_fetch_the_champion_at_once(horus_home: Path) -> None:
+    """Workers placing at the same moment all fetch the champion: none may fail on another's staging file."""
+    import threading
+
+    from horus_airflow.registry.versions import fetch_champion
+
+    settings = Settings.from_env()
+    train_predictor(settings, read_training_data(SEED), str(SEED))
+    results: list[object] = []
+
+    def fetch() -> None:
+        try:
+            results.append(fetch_champion(settings, "horus-gpu-utilization"))
+        except Exception as exc:  # noqa: BLE001 - asserted on below
+            results.append(exc)
+
+    threads = [threading.Thread(target=fetch) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert all(getattr(r, "version", None) == "1" for r in results), results

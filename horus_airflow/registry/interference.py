@@ -82,7 +82,7 @@ def train_interference(settings: Settings, pairs: pd.DataFrame, source: str, reg
     version, aliases = None, ()
     if register:
         version, aliases = versions.register_version(settings, INTERFERENCE_MODEL, logged.model_uri, run_id,
-                                                     "Horus co-location interference model")
+                                                     "Horus co-location interference model", logged.model_id)
     return InterferenceTrainingOutcome(run_id, version, aliases, scores, model)
 
 

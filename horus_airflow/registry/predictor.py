@@ -87,7 +87,7 @@ def train_predictor(
     version, aliases = None, ()
     if register:
         version, aliases = versions.register_version(
-            settings, PREDICTOR_MODEL, logged.model_uri, run_id, "Horus GPU utilization and memory predictor"
+            settings, PREDICTOR_MODEL, logged.model_uri, run_id, "Horus GPU utilization and memory predictor", logged.model_id
         )
     return TrainingOutcome(run_id, version, aliases, evaluation, dict(model.trained_rows), len(data.rejected), model)
 

@@ -69,11 +69,15 @@ class NoChampion:
     reason: str
 
 
-def register_version(settings: Settings, name: str, model_uri: str, run_id: str, description: str) -> tuple[str, tuple[str, ...]]:
+def register_version(
+    settings: Settings, name: str, model_uri: str, run_id: str, description: str, model_id: str | None = None
+) -> tuple[str, tuple[str, ...]]:
+    """Register a logged model. ``model_id`` names an MLflow 3 logged model (``models:/m-...``): a tracking
+    server refuses that source without it, though a local store does not."""
     mlflow_client = client(settings)
     with contextlib.suppress(MlflowException):
         mlflow_client.create_registered_model(name, description=description)
-    version = str(mlflow_client.create_model_version(name, model_uri, run_id=run_id).version)
+    version = str(mlflow_client.create_model_version(name, model_uri, run_id=run_id, model_id=model_id).version)
     aliases = [CHALLENGER]
     if champion_version(settings, name) is None:
         aliases.append(CHAMPION)
@@ -145,8 +149,14 @@ def _download(settings: Settings, name: str, version: str, folder: Path) -> None
             downloaded = mlflow.artifacts.download_artifacts(
                 artifact_uri=source, dst_path=str(staging), tracking_uri=settings.mlflow_tracking_uri
             )
-        shutil.rmtree(folder, ignore_errors=True)
-        os.replace(downloaded, folder)
+        if (folder / _COMPLETE_MARKER).is_file():  # another worker finished the same download first
+            return
+        shutil.rmtree(folder, ignore_errors=True)  # an incomplete copy (never made by this code, but kept safe)
+        try:
+            os.replace(downloaded, folder)
+        except OSError:
+            if not (folder / _COMPLETE_MARKER).is_file():  # not a race lost to another worker's copy
+                raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
@@ -164,7 +174,9 @@ def quick_http() -> Iterator[None]:
 
 
 def _write_atomically(path: Path, text: str) -> None:
+    """Many workers may write the same file at once: each stages its own copy, the last rename wins."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    staging = path.with_suffix(".tmp")
-    staging.write_text(text)
+    handle, staging = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(handle, "w") as out:
+        out.write(text)
     os.replace(staging, path)

@@ -1,0 +1,245 @@
+"""The services of docker-compose.yaml without Docker: a real PostgreSQL (Debian's package), an
+``mlflow server`` on it with an artifact directory, and ``airflow standalone`` on it (LocalExecutor),
+every one on 127.0.0.1, started by this harness and stopped by the process-group id it recorded.
+
+``SERVICES`` and ``POSTGRES_MAJOR`` are what test_compose_matches_the_local_stack compares with
+docker-compose.yaml, so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+POSTGRES_MAJOR = 15
+SERVICES = ("postgres", "mlflow", "airflow-init", "airflow-apiserver", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer")
+EXECUTOR = "LocalExecutor"
+DATABASES = ("airflow", "mlflow")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def postgres_bin() -> Path | None:
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
+    return found[-1].parent if found else None
+
+
+@dataclass
+class LocalStack:
+    """Start with :meth:`start`, stop with :meth:`stop`; every process is in its own group."""
+
+    root: Path
+    dags_folder: Path = REPO / "dags"
+    password: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    pids: dict[str, int] = field(default_factory=dict)
+    ports: dict[str, int] = field(default_factory=dict)
+    admin_password: str = field(default_factory=lambda: secrets.token_urlsafe(16))
+    pg_dir: Path | None = None
+
+    @property
+    def pg_url(self) -> str:
+        return f"postgresql+psycopg2://horus:{self.password}@127.0.0.1:{self.ports['postgres']}"
+
+    @property
+    def mlflow_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports['mlflow']}"
+
+    @property
+    def airflow_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports['airflow']}"
+
+    @property
+    def horus_home(self) -> Path:
+        return self.root / "horus"
+
+    def env(self) -> dict[str, str]:
+        """What every Airflow process and task sees: the same names docker-compose.yaml sets."""
+        return {
+            **{k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW__", "HORUS_", "MLFLOW_TRACKING"))},
+            "AIRFLOW_HOME": str(self.root / "airflow"),
+            "AIRFLOW__CORE__EXECUTOR": EXECUTOR,
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"{self.pg_url}/airflow",
+            "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder),
+            "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
+            "AIRFLOW__API__PORT": str(self.ports["airflow"]),
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__BASE_URL": self.airflow_url,
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.airflow_url}/execution/",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.root / "passwords.json"),
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+            "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "5",
+            "MLFLOW_TRACKING_URI": self.mlflow_url,
+            "MLFLOW_DISABLE_TELEMETRY": "true",
+            "HORUS_HOME": str(self.horus_home),
+            "HORUS_LOCAL_GPUS": "4xa100-80gb",
+            "HORUS_PROJECT_ROOT": str(REPO),
+        }
+
+    # --- lifecycle -------------------------------------------------------------------------------
+    def start(self) -> LocalStack:
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.ports = {"postgres": free_port(), "mlflow": free_port(), "airflow": free_port()}
+        self._postgres()
+        self._mlflow()
+        self._airflow()
+        return self
+
+    def stop(self) -> None:
+        for name in reversed(list(self.pids)):
+            self.kill(name, signal.SIGTERM)
+        for name in list(self.pids):
+            self._reap(name)
+        if self.pg_dir is not None:
+            shutil.rmtree(self.pg_dir, ignore_errors=True)
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        pid = self.pids.get(name)
+        if pid is not None:
+            try:
+                os.killpg(pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def _reap(self, name: str, timeout_s: float = 30.0) -> None:
+        pid = self.pids.pop(name)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.2)
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None, user: str | None = None) -> None:
+        log = (self.root / f"{name}.log").open("ab")
+        if user:
+            argv = ["runuser", "-u", user, "--", *argv]
+        process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.root)
+        self.pids[name] = process.pid
+
+    def log_tail(self, name: str, chars: int = 3000) -> str:
+        path = self.root / f"{name}.log"
+        return path.read_text(errors="replace")[-chars:] if path.exists() else ""
+
+    # --- services --------------------------------------------------------------------------------
+    def _postgres(self) -> None:
+        binaries = postgres_bin()
+        if binaries is None:
+            raise RuntimeError("PostgreSQL is not installed: apt-get install postgresql (make test does this)")
+        as_user = "postgres" if os.geteuid() == 0 else None  # the server refuses to run as root
+        self.pg_dir = Path(tempfile.mkdtemp(prefix="horus-pg-"))  # under /tmp, so that user can reach it
+        data = self.pg_dir / "data"
+        pwfile = self.pg_dir / "pgpass"
+        pwfile.write_text(self.password)
+        pwfile.chmod(0o600)
+        if as_user:
+            shutil.chown(self.pg_dir, as_user)
+            shutil.chown(pwfile, as_user)
+        subprocess.run(([ "runuser", "-u", as_user, "--"] if as_user else []) + [
+            str(binaries / "initdb"), "-D", str(data), "-U", "horus", "--pwfile", str(pwfile), "-A", "scram-sha-256"],
+            check=True, capture_output=True)
+        self._spawn("postgres", [str(binaries / "postgres"), "-D", str(data), "-h", "127.0.0.1", "-p", str(self.ports["postgres"]),
+                                 "-k", str(self.pg_dir)], user=as_user)
+        wait_for(lambda: subprocess.run([str(binaries / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.ports["postgres"])],
+                                        capture_output=True).returncode == 0, 60, lambda: self.log_tail("postgres"))
+        for database in DATABASES:
+            subprocess.run([str(binaries / "createdb"), "-h", "127.0.0.1", "-p", str(self.ports["postgres"]), "-U", "horus", database],
+                           env={**os.environ, "PGPASSWORD": self.password}, check=True, capture_output=True)
+
+    def _mlflow(self) -> None:
+        artifacts = self.root / "mlartifacts"
+        artifacts.mkdir(exist_ok=True)
+        self._spawn("mlflow", [str(Path(sys.executable).parent / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(self.ports["mlflow"]),
+                               "--backend-store-uri", f"{self.pg_url}/mlflow", "--artifacts-destination", str(artifacts),
+                               "--workers", "2"],
+                    env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"})
+        wait_for(lambda: http_ok(f"{self.mlflow_url}/health"), 120, lambda: self.log_tail("mlflow"))
+
+    def _airflow(self) -> None:
+        (self.root / "passwords.json").write_text(json.dumps({"admin": self.admin_password}))
+        env = self.env()
+        env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"  # standalone starts `airflow ...` from PATH
+        self._spawn("airflow", [str(Path(sys.executable).parent / "airflow"), "standalone"], env=env)
+        wait_for(lambda: http_ok(f"{self.airflow_url}/api/v2/monitor/health"), 240, lambda: self.log_tail("airflow"))
+
+    # --- Airflow REST API ------------------------------------------------------------------------
+    def token(self) -> str:
+        answer = self.request("POST", "/auth/token", {"username": "admin", "password": self.admin_password}, auth=False)
+        return answer["access_token"]
+
+    def request(self, method: str, path: str, body: Any = None, auth: bool = True) -> Any:
+        headers = {"Content-Type": "application/json"}
+        if auth:
+            headers["Authorization"] = f"Bearer {self.token()}"
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(f"{self.airflow_url}{path}", data, headers, method=method)
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            return json.loads(answer.read() or b"null")
+
+    def trigger(self, dag_id: str, conf: dict[str, Any] | None = None, timeout_s: float = 600) -> dict[str, Any]:
+        """Unpause, trigger and wait for a DAG run to end; returns the run."""
+        wait_for(lambda: _exists(self, dag_id), 180, lambda: self.log_tail("airflow"))
+        self.request("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
+        run = self.request("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf or {}})
+        run_id = urllib.request.quote(run["dag_run_id"], safe="")
+        final: dict[str, Any] = {}
+
+        def ended() -> bool:
+            final.update(self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}"))
+            return final["state"] in ("success", "failed")
+
+        wait_for(ended, timeout_s, lambda: self.log_tail("airflow"), poll_s=2.0)
+        return final
+
+    def task_states(self, dag_id: str, run_id: str) -> dict[str, str]:
+        quoted = urllib.request.quote(run_id, safe="")
+        answer = self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{quoted}/taskInstances?limit=500")
+        return {f"{ti['task_id']}[{ti['map_index']}]": ti["state"] for ti in answer["task_instances"]}
+
+
+def _exists(stack: LocalStack, dag_id: str) -> bool:
+    try:
+        stack.request("GET", f"/api/v2/dags/{dag_id}")
+        return True
+    except urllib.error.HTTPError:
+        return False
+
+
+def http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            return answer.status == 200
+    except OSError:
+        return False
+
+
+def wait_for(check, timeout_s: float, explain=lambda: "", poll_s: float = 0.5) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not ready within {timeout_s:.0f} s:\n{explain()}")
+        time.sleep(poll_s)
