@@ -13,7 +13,7 @@ export MLFLOW_DISABLE_TELEMETRY ?= true
 export HORUS_PROJECT_ROOT ?= $(CURDIR)
 export AIRFLOW__CORE__PLUGINS_FOLDER ?= $(CURDIR)/plugins
 
-.PHONY: install browser demo test evaluate clean
+.PHONY: install system-deps demo test evaluate clean
 
 install: $(STAMP)
 
@@ -34,13 +34,14 @@ demo: $(STAMP)
 evaluate: $(STAMP)
 	$(BIN)/python benchmarks/evaluate.py --out evaluation
 
-# The UI's browser tests drive Debian's headless Chromium (Playwright's own download does not work here).
-browser:
-	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
+# Debian packages the tests start: headless Chromium for the UI's browser tests (Playwright's own download
+# does not work here) and PostgreSQL for the multi-service stack suite (tests/stack).
+system-deps:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium chromium-driver; }
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium chromium-driver postgresql; }
 
-test: $(STAMP) browser
+test: $(STAMP) system-deps
 	$(BIN)/python -m pytest -ra $(PYTEST_ARGS)
 
 clean:

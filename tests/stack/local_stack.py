@@ -165,7 +165,7 @@ class LocalStack:
         self._spawn("postgres", [str(binaries / "postgres"), "-D", str(data), "-h", "127.0.0.1", "-p", str(self.ports["postgres"]),
                                  "-k", str(self.pg_dir)], user=as_user)
         wait_for(lambda: subprocess.run([str(binaries / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.ports["postgres"])],
-                                        capture_output=True).returncode == 0, 60, lambda: self.log_tail("postgres"))
+                                        check=False, capture_output=True).returncode == 0, 60, lambda: self.log_tail("postgres"))
         for database in DATABASES:
             subprocess.run([str(binaries / "createdb"), "-h", "127.0.0.1", "-p", str(self.ports["postgres"]), "-U", "horus", database],
                            env={**os.environ, "PGPASSWORD": self.password}, check=True, capture_output=True)

@@ -4,21 +4,30 @@ triggered through Airflow's REST API, results read back from the MLflow server a
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
 import tempfile
 import urllib.parse
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 import yaml
 
 from horus_airflow.backends.ledger import LedgerReader
 from horus_airflow.placement import load_profile
-from tests.stack.local_stack import DATABASES, EXECUTOR, POSTGRES_MAJOR, REPO, SERVICES, LocalStack, postgres_bin
+from tests.stack.local_stack import (
+    DATABASES,
+    EXECUTOR,
+    POSTGRES_MAJOR,
+    REPO,
+    SERVICES,
+    LocalStack,
+    postgres_bin,
+)
 
 pytestmark = pytest.mark.stack
 
@@ -75,7 +84,7 @@ def test_compose_matches_the_local_stack() -> None:
 
 
 def test_bootstrap_registers_both_models_on_the_mlflow_server(stack: LocalStack) -> None:
-    done = subprocess.run([sys.executable, str(REPO / "model_registry" / "bootstrap.py")], env=stack.env(), capture_output=True, text=True,
+    done = subprocess.run([sys.executable, str(REPO / "model_registry" / "bootstrap.py")], env=stack.env(), check=False, capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     client = mlflow_client(stack)
@@ -116,7 +125,7 @@ def test_fifty_tasks_at_once_never_over_commit_and_leave_nothing_behind(stack: L
     ledger = LedgerReader(stack.horus_home / "ledger.sqlite")
     entries = [e for e in ledger.journal(10_000) if e.owner.startswith(f"horus_stack_load/train/{run['dag_run_id']}/")]
     assert len(entries) == 50 and all(e.status(now=9e12) == "released" for e in entries)
-    limit = next(f.args["limit"] for f in load_profile("horus-paper").filters if f.name == "max-residents")
+    limit = next(f.limit for f in load_profile("horus-paper").filters if f.name == "max-residents")
     per_gpu: dict[str, list[tuple[float, int, float]]] = defaultdict(list)
     for e in entries:
         for b in e.bookings:
@@ -136,14 +145,11 @@ def test_fifty_tasks_at_once_never_over_commit_and_leave_nothing_behind(stack: L
     conflicts = 0
     quoted = urllib.parse.quote(run["dag_run_id"], safe="")
     for index in range(50):
-        outcome = stack.request("GET", f"/api/v2/dags/horus_stack_load/dagRuns/{quoted}/taskInstances/train/xcomEntries/return_value?map_index={index}")
-        conflicts += int(outcome["value"]["ledger_conflicts"] if isinstance(outcome["value"], dict) else eval_json(outcome["value"])["ledger_conflicts"])
+        entry = stack.request("GET", f"/api/v2/dags/horus_stack_load/dagRuns/{quoted}/taskInstances/train/xcomEntries/return_value"
+                                     f"?map_index={index}&deserialize=true&stringify=false")
+        value = entry["value"]
+        conflicts += (value if isinstance(value, dict) else json.loads(value))["ledger_conflicts"]
     span = max(e.created_at for e in entries) - min(e.created_at for e in entries)
     print(f"\n50 placements in {span:.1f} s ({50 / max(span, 1e-9):.1f} per second), {conflicts} ledger conflicts re-decided, "
           f"peak {peak} tasks on one GPU")
 
-
-def eval_json(text: str) -> dict:  # type: ignore[type-arg]
-    import json
-
-    return json.loads(text)
