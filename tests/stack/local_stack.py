@@ -53,6 +53,7 @@ class LocalStack:
     ports: dict[str, int] = field(default_factory=dict)
     admin_password: str = field(default_factory=lambda: secrets.token_urlsafe(16))
     pg_dir: Path | None = None
+    _processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
 
     @property
     def pg_url(self) -> str:
@@ -113,26 +114,32 @@ class LocalStack:
             shutil.rmtree(self.pg_dir, ignore_errors=True)
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
-        pid = self.pids.get(name)
-        if pid is not None:
-            try:
-                os.killpg(pid, sig)
-            except ProcessLookupError:
-                pass
+        if name in self.pids:
+            self.kill_group(self.pids[name], sig)
 
-    def _reap(self, name: str, timeout_s: float = 30.0) -> None:
-        pid = self.pids.pop(name)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            try:
-                os.killpg(pid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(0.2)
+    @staticmethod
+    def kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
         try:
-            os.killpg(pid, signal.SIGKILL)
+            os.killpg(pid, sig)
         except ProcessLookupError:
             pass
+
+    def restart(self, name: str) -> None:
+        """Start a stopped service again on its port, with its data (Postgres) or store (MLflow)."""
+        self._reap(name)
+        {"mlflow": self._mlflow}[name]()
+
+    def _reap(self, name: str, timeout_s: float = 30.0) -> None:
+        """Wait for a service's process to end (reaping it), killing its whole group if it lingers."""
+        self.pids.pop(name)
+        process = self._processes.pop(name)
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill_group(process.pid)
+            process.wait(timeout=timeout_s)
+        self.kill_group(process.pid)  # children it left behind in its group
+        wait_for(lambda: not alive_in_group(process.pid), 30)
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None, user: str | None = None) -> None:
         log = (self.root / f"{name}.log").open("ab")
@@ -140,6 +147,7 @@ class LocalStack:
             argv = ["runuser", "-u", user, "--", *argv]
         process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.root)
         self.pids[name] = process.pid
+        self._processes[name] = process
 
     def log_tail(self, name: str, chars: int = 3000) -> str:
         path = self.root / f"{name}.log"
@@ -202,10 +210,17 @@ class LocalStack:
 
     def trigger(self, dag_id: str, conf: dict[str, Any] | None = None, timeout_s: float = 600) -> dict[str, Any]:
         """Unpause, trigger and wait for a DAG run to end; returns the run."""
+        return self.trigger_wait(dag_id, self.start_run(dag_id, conf), timeout_s)
+
+    def start_run(self, dag_id: str, conf: dict[str, Any] | None = None) -> str:
+        """Unpause and trigger a DAG once the DAG processor has parsed it; returns the run id."""
         wait_for(lambda: _exists(self, dag_id), 180, lambda: self.log_tail("airflow"))
         self.request("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
-        run = self.request("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf or {}})
-        run_id = urllib.request.quote(run["dag_run_id"], safe="")
+        return self.request("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf or {}})["dag_run_id"]
+
+    def trigger_wait(self, dag_id: str, dag_run_id: str, timeout_s: float = 600) -> dict[str, Any]:
+        """Wait for a DAG run to end; returns it."""
+        run_id = urllib.request.quote(dag_run_id, safe="")
         final: dict[str, Any] = {}
 
         def ended() -> bool:
@@ -227,6 +242,19 @@ def _exists(stack: LocalStack, dag_id: str) -> bool:
         return True
     except urllib.error.HTTPError:
         return False
+
+
+def alive_in_group(pgid: int) -> list[int]:
+    """Processes of a process group that still run (zombies waiting for a parent to reap them do not)."""
+    alive = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            alive.append(int(stat.parent.name))
+    return alive
 
 
 def http_ok(url: str) -> bool:
