@@ -181,8 +181,11 @@ def test_a_decision_row_opens_its_explanation(browser, airflow, seeded: Seeded) 
     shot(browser, "decisions-explained")
     dag_filter = browser.find_element("id", "f-dag")
     dag_filter.send_keys("nobody_runs_this")
-    browser.find_element("id", "refresh").click()
-    note = wait(browser, "#list .note")[0].text
+    browser.find_element("id", "refresh").click()  # the input's change event loads too: only the newest answer is drawn
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    note = WebDriverWait(browser, 30, ignored_exceptions=[StaleElementReferenceException]).until(lambda d: "".join(n.text for n in d.find_elements("css selector", "#list .note")))
     assert "No placements yet for DAG nobody_runs_this" in note and "make demo" in note
     shot(browser, "decisions-empty-filter")
 

@@ -59,13 +59,18 @@ async function cluster() {
     <div id="notes"></div><div id="summary" class="muted"></div><div id="map" class="map"></div><div id="gpu-detail"></div>`;
   const filters = { node: document.getElementById("f-node"), gpu_type: document.getElementById("f-type"), dag_id: document.getElementById("f-dag") };
   let timer = null;
+  let latest = 0; // a filter change overtakes an answer still on its way: only the newest is drawn
   const load = async () => {
     const query = new URLSearchParams();
     for (const [key, input] of Object.entries(filters)) if (input.value) query.set(key, input.value);
     const started = performance.now();
+    const mine = ++latest;
+    let data;
     try {
-      clusterData = await api("cluster?" + query);
-    } catch (error) { showError(document.getElementById("map"), error); return; }
+      data = await api("cluster?" + query);
+    } catch (error) { if (mine === latest) showError(document.getElementById("map"), error); return; }
+    if (mine !== latest) return;
+    clusterData = data;
     fillSelect(filters.gpu_type, clusterData.gpu_types);
     fillSelect(filters.dag_id, clusterData.dag_ids);
     drawMap(clusterData);
@@ -139,13 +144,16 @@ async function decisions() {
   const list = document.getElementById("list");
   const older = document.getElementById("older");
   let before = null;
+  let latest = 0; // a refresh overtakes an answer still on its way: only the newest is drawn
   const load = async (append) => {
     const query = new URLSearchParams({ limit: "50" });
     const dag = document.getElementById("f-dag").value.trim();
     if (dag) query.set("dag_id", dag);
     if (append && before !== null) query.set("before", String(before));
+    const mine = ++latest;
     let data;
-    try { data = await api("decisions?" + query); } catch (error) { showError(list, error); older.hidden = true; return; }
+    try { data = await api("decisions?" + query); } catch (error) { if (mine === latest) { showError(list, error); older.hidden = true; } return; }
+    if (mine !== latest) return;
     status(`${data.source} ledger`);
     before = data.next_before;
     older.hidden = before === null;
