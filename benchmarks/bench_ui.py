@@ -26,13 +26,13 @@ Rows:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -44,6 +44,7 @@ os.environ.update({"AIRFLOW_HOME": str(_WORK / "airflow"), "AIRFLOW__CORE__LOAD_
                    "HORUS_HOME": str(_WORK / "horus"), "MLFLOW_DISABLE_TELEMETRY": "true"})
 
 from tests.kube_double import FakeKubeApi, gpu_node
+from tests.servers import airflow_api_server, serve_in_thread
 
 NODES, PER_NODE = 1024, 8
 
@@ -74,27 +75,6 @@ def populate(fake: FakeKubeApi, pods: int) -> None:
                               "spec": {"nodeName": node, "containers": [{"name": "base", "image": "trainer"}]}}, phase="Running")
 
 
-def serve(app: object) -> tuple[str, Callable[[], None]]:
-    import socket
-
-    import uvicorn
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.05)
-
-    def stop() -> None:
-        server.should_exit = True
-        thread.join(timeout=10)
-
-    return f"127.0.0.1:{port}", stop
-
-
 def timed(fn: Callable[[], object], rounds: int, pause_s: float = 0.0) -> list[float]:
     fn()  # warm-up
     samples = []
@@ -118,33 +98,6 @@ def getter(address: str, path: str, token: str, gzip: bool = False) -> Callable[
         return body
 
     return get
-
-
-def airflow_api_server(kubeconfig: Path) -> tuple[str, str, subprocess.Popen[bytes]]:
-    """The real API server with this repository's plugins folder, and an admin token from ``/auth/token``."""
-    import json
-    import socket
-    import urllib.request
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    passwords = _WORK / "passwords.json"
-    passwords.write_text(json.dumps({"admin": "bench-password"}))
-    env = {**os.environ, "HORUS_UI_SOURCE": "kubernetes", "HORUS_KUBECONFIG": str(kubeconfig),
-           "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"), "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
-           "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords)}
-    process = subprocess.Popen([sys.executable, "-m", "airflow", "api-server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    for _ in range(600):
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v2/monitor/health", timeout=2)
-            break
-        except OSError:
-            time.sleep(0.2)
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/auth/token", json.dumps({"username": "admin", "password": "bench-password"}).encode(),
-                                     {"Content-Type": "application/json"})
-    return f"127.0.0.1:{port}", json.loads(urllib.request.urlopen(request, timeout=30).read())["access_token"], process
 
 
 def browser_draws(address: str, token: str, rounds: int) -> list[float]:
@@ -192,10 +145,12 @@ def main() -> None:
         kubeconfig = fake.kubeconfig(_WORK / "kubeconfig.json")
         settings = Settings.from_env({**os.environ, "HORUS_UI_SOURCE": "kubernetes", "HORUS_KUBECONFIG": str(kubeconfig)})
         backend = KubernetesBackend(api_from_kubeconfig(str(kubeconfig)))
-        uncached, stop_uncached = serve(create_app(lambda: settings, cache_s=0.0, stale_s=0.0))
-        cached, stop_cached = serve(create_app(lambda: settings))
-        airflow, airflow_token, airflow_process = airflow_api_server(kubeconfig)
-        try:
+        with contextlib.ExitStack() as running:
+            uncached = running.enter_context(serve_in_thread(create_app(lambda: settings, cache_s=0.0, stale_s=0.0))).removeprefix("http://")
+            cached = running.enter_context(serve_in_thread(create_app(lambda: settings))).removeprefix("http://")
+            env = {"HORUS_UI_SOURCE": "kubernetes", "HORUS_KUBECONFIG": str(kubeconfig)}
+            airflow, airflow_token = running.enter_context(airflow_api_server(_WORK, env))
+            airflow = airflow.removeprefix("http://")
             body = getter(uncached, "/api/v1/cluster", token)()
             rows = [
                 ("GET /api/v1 (floor: auth + tiny JSON)", timed(getter(uncached, "/api/v1", token), args.rounds)),
@@ -205,10 +160,6 @@ def main() -> None:
                 ("same, through airflow api-server (gzip)", timed(getter(airflow, "/horus/api/v1/cluster", airflow_token, gzip=True), args.rounds, pause_s=0.25)),
                 ("map drawn in Chromium (navigation to drawn)", browser_draws(uncached, token, args.browser_rounds)),
             ]
-        finally:
-            stop_uncached()
-            stop_cached()
-            airflow_process.terminate()
     floor = statistics.median(rows[0][1])
     print(f"\n{NODES} nodes x {PER_NODE} GPUs, {args.pods} Horus pods on the Kubernetes API test double; "
           f"/api/v1/cluster answers {len(body) / 1e6:.2f} MB; {args.rounds} rounds ({args.browser_rounds} in the browser)\n")

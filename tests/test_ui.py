@@ -5,7 +5,6 @@ are in test_ui_browser.py."""
 from __future__ import annotations
 
 import hashlib
-import socket
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -29,6 +28,7 @@ from horus_airflow.settings import Settings
 from horus_airflow.ui import create_app
 from horus_airflow.ui.model import TaskRef
 from tests.kube_double import FakeKubeApi, gpu_node
+from tests.servers import free_port
 from tests.ui_seed import TEST_INPUT_UTIL, Seeded, seed
 
 ROUTES = ["/", "/decisions", "/predictor", "/simulations", "/static/horus.js", "/api/v1", "/api/v1/openapi.json",
@@ -196,15 +196,9 @@ def test_simulations_and_their_plots(api: TestClient, seeded: Seeded) -> None:
     assert api.get(f"/api/v1/simulations/{'0' * 32}/artifacts/simulation.png").status_code == 404
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_a_missing_mlflow_server_is_a_503_with_the_reason(seeded: Seeded, token: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-    uri = f"http://127.0.0.1:{_closed_port()}"
+    uri = f"http://127.0.0.1:{free_port()}"
     settings = Settings.from_env({"HORUS_HOME": str(seeded.settings.home), "HORUS_LOCAL_GPUS": "2xa100-80gb", "MLFLOW_TRACKING_URI": uri})
     api = client_for(settings, token)
     for path in ("/api/v1/predictor", "/api/v1/simulations"):
@@ -289,7 +283,7 @@ def test_an_unreachable_kubernetes_api_is_a_503(tmp_path: Path, token: str) -> N
     kubeconfig = tmp_path / "kc.yaml"
     kubeconfig.write_text(f"""apiVersion: v1
 kind: Config
-clusters: [{{name: c, cluster: {{server: "http://127.0.0.1:{_closed_port()}"}}}}]
+clusters: [{{name: c, cluster: {{server: "http://127.0.0.1:{free_port()}"}}}}]
 users: [{{name: u, user: {{token: t}}}}]
 contexts: [{{name: x, context: {{cluster: c, user: u}}}}]
 current-context: x

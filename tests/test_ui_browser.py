@@ -9,21 +9,15 @@ Airflow's auth manager. Screenshots go to ``test-artifacts/screenshots`` (``HORU
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import socket
-import subprocess
-import sys
-import threading
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from horus_airflow.settings import Settings
+from tests.servers import airflow_api_server, free_port, serve_in_thread
 from tests.ui_seed import LIVE_OWNER, TEST_INPUT_UTIL, Seeded, seed
 
 pytestmark = pytest.mark.browser
@@ -31,27 +25,6 @@ pytestmark = pytest.mark.browser
 REPO = Path(__file__).resolve().parent.parent
 SHOTS = Path(os.environ.get("HORUS_TEST_ARTIFACTS") or REPO / "test-artifacts") / "screenshots"
 CHROMIUM, DRIVER = shutil.which("chromium") or "/usr/bin/chromium", shutil.which("chromedriver") or "/usr/bin/chromedriver"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_for(url: str, process: subprocess.Popen[bytes] | None, timeout_s: float, log: Path | None = None) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process is not None and process.poll() is not None:
-            raise AssertionError(f"server exited with {process.returncode}:\n{log.read_text()[-4000:] if log else ''}")
-        try:
-            urllib.request.urlopen(url, timeout=2)
-            return
-        except urllib.error.HTTPError:
-            return  # it answers (401 and the like)
-        except OSError:
-            time.sleep(0.3)
-    raise AssertionError(f"{url} did not answer within {timeout_s:.0f} s:\n{log.read_text()[-4000:] if log else ''}")
 
 
 @pytest.fixture(scope="module")
@@ -63,30 +36,9 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> Seeded:
 @pytest.fixture(scope="module")
 def airflow(seeded: Seeded, airflow_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """``airflow api-server`` with the Horus plugin; yields its URL and an admin's token from ``/auth/token``."""
-    work = tmp_path_factory.mktemp("api-server")
-    passwords = work / "passwords.json"
-    passwords.write_text(json.dumps({"admin": "horus-test-password"}))
-    port = _free_port()
-    env = {**os.environ, "HORUS_HOME": str(seeded.settings.home), "HORUS_LOCAL_GPUS": "2xa100-80gb",
-           "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"), "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
-           "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords), "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}"}
-    log = work / "api-server.log"
-    with log.open("wb") as sink:
-        process = subprocess.Popen([sys.executable, "-m", "airflow", "api-server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-                                   env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        _wait_for(f"{base}/api/v2/monitor/health", process, 120, log)
-        request = urllib.request.Request(f"{base}/auth/token", json.dumps({"username": "admin", "password": "horus-test-password"}).encode(),
-                                         {"Content-Type": "application/json"})
-        token = json.loads(urllib.request.urlopen(request, timeout=30).read())["access_token"]
+    env = {"HORUS_HOME": str(seeded.settings.home), "HORUS_LOCAL_GPUS": "2xa100-80gb"}
+    with airflow_api_server(tmp_path_factory.mktemp("api-server"), env) as (base, token):
         yield base, token
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
 
 
 @pytest.fixture(scope="module")
@@ -107,10 +59,12 @@ def browser() -> Iterator[object]:
     driver.quit()
 
 
-def signed_in(driver, base: str, token: str) -> None:  # type: ignore[no-untyped-def]
-    driver.get(f"{base}/horus/static/horus.css")  # any page of the origin, so the cookie can be set
+def open_signed_in(driver, base: str, token: str, path: str) -> None:  # type: ignore[no-untyped-def]
+    """Open ``base + path`` as the user of ``token``, in the cookie Airflow's UI sets after sign-in."""
+    driver.get(f"{base}/favicon.ico")  # any page of the origin: a cookie is set for the page's origin
     driver.delete_all_cookies()
     driver.add_cookie({"name": "_token", "value": token, "path": "/"})
+    driver.get(base + path)
 
 
 def wait(driver, css: str, count: int = 1, timeout_s: float = 30):  # type: ignore[no-untyped-def]
@@ -136,8 +90,7 @@ def test_anonymous_browser_is_asked_to_sign_in(browser, airflow) -> None:  # typ
 
 def test_horus_is_in_airflows_navigation_and_opens_the_map(browser, airflow) -> None:  # type: ignore[no-untyped-def]
     base, token = airflow
-    signed_in(browser, base, token)
-    browser.get(f"{base}/")
+    open_signed_in(browser, base, token, "/")
     [link] = wait(browser, "a[href$='/plugin/horus'], a[href='plugin/horus']", timeout_s=60)
     link.click()
     frame = wait(browser, "iframe", timeout_s=30)[0]
@@ -150,8 +103,7 @@ def test_horus_is_in_airflows_navigation_and_opens_the_map(browser, airflow) -> 
 
 def test_cluster_map_shows_the_seeded_gpus_and_a_gpus_tasks(browser, airflow, seeded: Seeded) -> None:  # type: ignore[no-untyped-def]
     base, token = airflow
-    signed_in(browser, base, token)
-    browser.get(f"{base}/horus/")
+    open_signed_in(browser, base, token, "/horus/")
     cells = wait(browser, ".gpu", count=2)
     assert sorted(c.get_attribute("data-gpu") for c in cells) == ["local/0", "local/1"]
     assert "1 nodes · 2 GPUs · 1 busy" in browser.find_element("id", "summary").text
@@ -170,8 +122,7 @@ def test_cluster_map_shows_the_seeded_gpus_and_a_gpus_tasks(browser, airflow, se
 
 def test_a_decision_row_opens_its_explanation(browser, airflow, seeded: Seeded) -> None:  # type: ignore[no-untyped-def]
     base, token = airflow
-    signed_in(browser, base, token)
-    browser.get(f"{base}/horus/decisions")
+    open_signed_in(browser, base, token, "/horus/decisions")
     rows = wait(browser, "tr.decision", count=2)
     finished = next(r for r in rows if r.get_attribute("data-id") == seeded.finished_reservation)
     finished.click()
@@ -192,8 +143,7 @@ def test_a_decision_row_opens_its_explanation(browser, airflow, seeded: Seeded) 
 
 def test_predictor_page_plots_versions_and_predicted_vs_measured(browser, airflow) -> None:  # type: ignore[no-untyped-def]
     base, token = airflow
-    signed_in(browser, base, token)
-    browser.get(f"{base}/horus/predictor")
+    open_signed_in(browser, base, token, "/horus/predictor")
     charts = wait(browser, "svg.chart", count=3)
     headings = [h.text for h in browser.find_elements("css selector", "h2")]
     assert headings[:2] == ["horus-gpu-utilization", "horus-interference"]
@@ -205,8 +155,7 @@ def test_predictor_page_plots_versions_and_predicted_vs_measured(browser, airflo
 
 def test_simulations_page_shows_the_report_and_its_plot(browser, airflow) -> None:  # type: ignore[no-untyped-def]
     base, token = airflow
-    signed_in(browser, base, token)
-    browser.get(f"{base}/horus/simulations")
+    open_signed_in(browser, base, token, "/horus/simulations")
     [image] = wait(browser, "img.plot")
     browser.execute_script("arguments[0].scrollIntoView()", image)
     wait(browser, "img.plot")
@@ -220,28 +169,16 @@ def test_simulations_page_shows_the_report_and_its_plot(browser, airflow) -> Non
 
 # --- the same app under uvicorn, for other Horus homes ----------------------------------------------
 def serve(settings: Settings) -> Iterator[str]:
-    import uvicorn
-
     from horus_airflow.ui import create_app
 
-    port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(lambda: settings, cache_s=0.0, stale_s=0.0), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    base = f"http://127.0.0.1:{port}"
-    _wait_for(f"{base}/api/v1", None, 30)
-    try:
+    with serve_in_thread(create_app(lambda: settings, cache_s=0.0, stale_s=0.0)) as base:
         yield base
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
 
 
 def test_empty_states_say_what_to_do(browser, token: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     settings = Settings.from_env({"HORUS_HOME": str(tmp_path / "empty"), "HORUS_LOCAL_GPUS": "2xt4"})
     for base in serve(settings):
-        signed_in(browser, base, token)
-        browser.get(f"{base}/")
+        open_signed_in(browser, base, token, "/")
         assert "No placements yet" in wait(browser, "#notes .note")[0].text
         assert len(wait(browser, ".gpu", count=2)) == 2
         shot(browser, "empty-cluster")
@@ -255,11 +192,10 @@ def test_empty_states_say_what_to_do(browser, token: str, tmp_path: Path) -> Non
 
 def test_a_missing_mlflow_server_is_a_clear_message(browser, token: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-    uri = f"http://127.0.0.1:{_free_port()}"
+    uri = f"http://127.0.0.1:{free_port()}"
     settings = Settings.from_env({"HORUS_HOME": str(tmp_path / "h"), "HORUS_LOCAL_GPUS": "1xt4", "MLFLOW_TRACKING_URI": uri})
     for base in serve(settings):
-        signed_in(browser, base, token)
-        browser.get(f"{base}/predictor")
+        open_signed_in(browser, base, token, "/predictor")
         message = wait(browser, ".error", timeout_s=60)[0].text
         assert message.startswith("503") and f"MLflow at {uri} could not" in message
         shot(browser, "mlflow-missing")
@@ -274,8 +210,7 @@ def test_a_1024_node_kubernetes_cluster_draws_every_gpu(browser, token: str, tmp
         settings = Settings.from_env({"HORUS_HOME": str(tmp_path / "h"), "HORUS_UI_SOURCE": "kubernetes",
                                       "HORUS_KUBECONFIG": str(fake.kubeconfig(tmp_path / "kc.json"))})
         for base in serve(settings):
-            signed_in(browser, base, token)
-            browser.get(f"{base}/")
+            open_signed_in(browser, base, token, "/")
             wait(browser, ".gpu", count=8192, timeout_s=60)
             assert "1024 nodes · 8192 GPUs" in browser.find_element("id", "summary").text
             shot(browser, "cluster-1024x8")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from horus_airflow.backends.base import acquire
+from horus_airflow.backends.ledger import LedgerReader
 from horus_airflow.backends.local import LocalBackend
 from horus_airflow.jobs import JobSpec
 from horus_airflow.pipeline import run_job
@@ -77,6 +78,4 @@ def seed(settings: Settings) -> Seeded:
 
 
 def _reservation_of(settings: Settings, job_id: str) -> str:
-    from horus_airflow.backends.ledger import LedgerReader
-
     return next(e.reservation_id for e in LedgerReader(settings.ledger_path).journal(50) if e.job_id == job_id)

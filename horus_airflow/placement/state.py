@@ -5,9 +5,10 @@ The cluster-state JSON format (``horus place --state``, docs/PLACEMENT.md) is :m
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -49,6 +50,10 @@ class GpuState:
     def summed_util(self) -> float:
         return sum(r.util for r in self.residents)
 
+    @property
+    def summed_p90(self) -> float:
+        return sum(r.util_p90 for r in self.residents)
+
 
 @dataclass(frozen=True)
 class ClusterArrays:
@@ -75,7 +80,7 @@ class ClusterArrays:
         used, util, p90, count = self.used_mem.copy(), self.summed_util.copy(), self.summed_p90.copy(), self.residents.copy()
         for i, gpu in changes.items():
             used[i], util[i], count[i] = gpu.used_mem_mib, gpu.summed_util, len(gpu.residents)
-            p90[i] = sum(r.util_p90 for r in gpu.residents)
+            p90[i] = gpu.summed_p90
         busy_per_node = np.bincount(self.node_index, weights=(count > 0), minlength=len(self.nodes))
         return replace(self, used_mem=used, summed_util=util, summed_p90=p90, residents=count,
                        node_busy=busy_per_node[self.node_index])
@@ -104,7 +109,7 @@ class ClusterState:
             memory=np.fromiter((g.memory_mib for g in gpus), dtype=float, count=len(gpus)),
             used_mem=np.fromiter((g.used_mem_mib for g in gpus), dtype=float, count=len(gpus)),
             summed_util=np.fromiter((g.summed_util for g in gpus), dtype=float, count=len(gpus)),
-            summed_p90=np.fromiter((sum(r.util_p90 for r in g.residents) for g in gpus), dtype=float, count=len(gpus)),
+            summed_p90=np.fromiter((g.summed_p90 for g in gpus), dtype=float, count=len(gpus)),
             residents=residents,
             healthy=np.fromiter((g.healthy for g in gpus), dtype=bool, count=len(gpus)),
             type_index=np.fromiter((type_of[g.gpu_type] for g in gpus), dtype=np.int64, count=len(gpus)),

@@ -7,6 +7,7 @@ Every route is a GET: nothing here can change a placement or the registry.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -255,5 +256,6 @@ def _json_bytes(content: bytes) -> Response:
     return Response(content, media_type="application/json", headers={"Cache-Control": "no-store"})
 
 
+@functools.cache
 def _asset(name: str) -> bytes:
     return resources.files("horus_airflow.ui").joinpath("static", name).read_bytes()

@@ -134,7 +134,7 @@ class ClusterMap:
             node["gpus"].append({
                 "gpu_id": gpu.gpu_id, "index": gpu.index, "gpu_type": gpu.gpu_type, "memory_mib": round(gpu.memory_mib),
                 "healthy": gpu.healthy, "declared": gpu.declared,
-                "predicted": {"util": round(gpu.summed_util, 1), "util_p90": round(sum(r.util_p90 for r in gpu.residents), 1),
+                "predicted": {"util": round(gpu.summed_util, 1), "util_p90": round(gpu.summed_p90, 1),
                               "mem_mib": round(gpu.used_mem_mib)},
                 "measured": None if measured is None else {
                     "util": measured.util, "mem_mib": measured.mem_mib, "age_s": round(measured.age_s, 1)},
@@ -167,13 +167,16 @@ class DecisionRow:
     reason: str
     explanation: str | None
 
+    @cached_property
+    def task(self) -> TaskRef | None:
+        return TaskRef.parse(self.owner)
+
     @property
     def dag_id(self) -> str | None:
-        task = TaskRef.parse(self.owner)
-        return task.dag_id if task else None
+        return self.task.dag_id if self.task else None
 
     def to_json(self, detail: bool = False) -> dict[str, Any]:
-        task = TaskRef.parse(self.owner)
+        task = self.task
         row = {
             "reservation_id": self.reservation_id, "job_id": self.job_id, "owner": self.owner,
             "task": task.to_json() if task else None, "created_at": self.created_at, "status": self.status,
