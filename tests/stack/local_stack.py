@@ -81,6 +81,10 @@ class LocalStack:
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.airflow_url}/execution/",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.root / "passwords.json"),
+            # 50 task processes importing PyTorch at once on a 2-core CI machine took over Airflow's 30 s
+            # DAG import timeout (seen once in four CI runs): slower, not broken
+            "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "300",
+            "AIRFLOW__CORE__PARALLELISM": "16",
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
             "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "5",
             "MLFLOW_TRACKING_URI": self.mlflow_url,
