@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import asdict
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from horus_airflow.backends.local import LaunchedJob
 from horus_airflow.errors import HorusError, InvalidJobError, InventoryError
-from horus_airflow.jobs import JobSpec
-from horus_airflow.pipeline import run_job
 from horus_airflow.settings import Settings
+
+if TYPE_CHECKING:
+    from horus_airflow.backends.local import LaunchedJob
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,11 @@ class HorusTrainingOperator(BaseOperator):
         self._job: LaunchedJob | None = None
 
     def execute(self, context: Context) -> dict[str, Any]:
+        # Imported here, not at the top: every DAG file imports this module at each parse, and the
+        # pipeline brings PyTorch, MLflow and LightGBM (5 s a parse; under load past the DAG processor's timeout)
+        from horus_airflow.jobs import JobSpec
+        from horus_airflow.pipeline import run_job
+
         ti = context["ti"]
         try:
             spec = JobSpec(
