@@ -19,13 +19,15 @@ from typing import Any
 
 from airflow.sdk import DAG, Param, get_current_context, task
 
+from horus_airflow.operators.owner import task_owner
+
 WORKLOADS = ["resnet18:32@cifar10", "mobilenet_v3_small:64@cifar10", "lstm_lm:16@wikitext2", "mlp:64@mnist"]
 PAIRS = ["resnet18:32@cifar10+lstm_lm:16@wikitext2", "mobilenet_v3_small:64@cifar10+mlp:64@mnist"]
 
 
 def _owner_and_tags() -> tuple[str, dict[str, str]]:
     ti = get_current_context()["ti"]
-    owner = f"{ti.dag_id}/{ti.task_id}/{ti.run_id}/{ti.map_index}"
+    owner = task_owner(ti)
     tags = {"airflow.dag_id": ti.dag_id, "airflow.task_id": ti.task_id, "airflow.run_id": ti.run_id,
             "airflow.map_index": str(ti.map_index), "horus.campaign": ti.run_id}
     return owner, tags

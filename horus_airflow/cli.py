@@ -27,6 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     run = sub.add_parser("run", help="run a training command under telemetry, keeping its exit code")
     run.add_argument("--out", type=Path, help="folder for samples.jsonl and summary.json (default: HORUS_HOME/runs/<time>)")
     run.add_argument("--interval", type=float, default=0.2, help="sampling interval in seconds (default 0.2)")
+    run.add_argument("--launcher-pid", type=int, metavar="PID",
+                     help="stop the command when process PID (which holds its GPU reservation) is gone")
     run.add_argument("--job", type=_job_spec, metavar="SPEC",
                      help="MODEL:BATCH[:amp][@DATASET] the command trains: log a profiling run with its graph features")
     run.add_argument("cmd", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
@@ -137,7 +139,7 @@ def _run(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     out = args.out or settings.runs_dir / time.strftime("%Y%m%d-%H%M%S")
     features = args.job.features() if args.job else None  # bad input fails before anything runs
-    summary = run(cmd, out, args.interval)
+    summary = run(cmd, out, args.interval, launcher_pid=args.launcher_pid)
     if args.job is not None:
         from horus_airflow.registry.profiling import log_wrapped_run
 

@@ -37,3 +37,8 @@ class KubernetesConfigError(HorusError):
 
 class BindingError(HorusError, ValueError):
     """A binding mode that cannot express the placement (or an unknown mode)."""
+
+
+class ProfilingLogError(HorusError):
+    """A profiling run could not be logged completely (MLflow unreachable, artifact store full); the
+    job's telemetry is kept on local disk, and a retry logs it again."""

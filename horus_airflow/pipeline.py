@@ -110,6 +110,7 @@ def run_job(
     backend = LocalBackend(settings)
     job = _prepare(spec, backend, settings)
     interference, interference_label = load_interference(settings)
+    backend.release_owner(owner)  # what a dead try of this task instance still holds
     acquired = acquire(backend, job.demand, profile, owner, placement_timeout_s, interference)
     log.info("placed %s: %s", job.job_id, acquired.decision.reason)
     [outcome] = _run_together([job], backend, acquired, settings,
@@ -139,6 +140,7 @@ def profile_pair(
         for t in jobs[0].demand.per_type
     }
     demand = Demand(f"pair-{pair_id}", 1, combined, predictor=jobs[0].demand.predictor)
+    backend.release_owner(owner)  # what a dead try of this task instance still holds
     acquired = acquire(backend, demand, load_profile("exclusive"), owner, placement_timeout_s)
     log.info("pair %s placed: %s", pair_id, acquired.decision.reason)
     first_outcome, second_outcome = _run_together(jobs, backend, acquired, settings,

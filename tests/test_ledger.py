@@ -70,3 +70,17 @@ def test_concurrent_processes_never_share_one_slot_beyond_the_limit(tmp_path: Pa
         (live,) = conn.execute("SELECT COUNT(*) FROM reservations WHERE released_at IS NULL").fetchone()
         (distinct,) = conn.execute("SELECT COUNT(DISTINCT job_id) FROM reservations").fetchone()
     assert live == distinct == 4
+
+
+def test_a_retry_releases_what_the_dead_try_of_its_task_instance_still_holds(tmp_path: Path) -> None:
+    settings = Settings.from_env({"HORUS_HOME": str(tmp_path), "HORUS_LOCAL_GPUS": "1xa100-80gb"})
+    backend = LocalBackend(settings)
+    need = Demand("j", 1, {"a100-80gb": GpuDemand(60, 70, 1000)})
+    dead_try = acquire(backend, need, load_profile("horus-paper"), owner="dag/train/run/0", timeout_s=0.0)
+    other = acquire(backend, Demand("k", 1, {"a100-80gb": GpuDemand(30, 33, 1000)}), load_profile("horus-paper"),
+                    owner="dag/train/run/1", timeout_s=0.0)
+    assert backend.release_owner("dag/train/run/0") == 1
+    assert backend.release_owner("dag/train/run/0") == 0
+    _version, residents = backend.ledger.active(now=0)
+    assert [r.job_id for r in residents["local/0"]] == ["k"]  # another task instance keeps its booking
+    assert not backend.release(dead_try.reservation) and backend.release(other.reservation)

@@ -227,3 +227,67 @@ def test_a_wrapper_killed_mid_job_leaves_its_samples_and_a_failed_exit_code(horu
     process = subprocess.Popen(["sh", "-c", "kill -9 $$"])  # stands in for the wrapper, killed before its summary
     summary = backend.wait(LaunchedJob(process, run_dir), got.reservation, poll_s=0.05)
     assert summary.exit_code == 137 and summary.samples == 1 and summary.gpu_util_mean == 30.0
+
+
+def test_a_job_stops_when_the_process_holding_its_gpu_is_killed(tmp_path: Path) -> None:
+    """A launcher killed with SIGKILL cannot stop its job; the wrapper sees it gone and stops the job,
+    so no orphan keeps training on a GPU whose lease is about to run out."""
+    pid_file = tmp_path / "job.pid"
+    job = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(120)"
+    launcher = (
+        "import os, subprocess, sys, time\n"
+        f"subprocess.Popen([sys.executable, '-m', 'horus_airflow.cli', 'run', '--out', {str(tmp_path / 'run')!r},\n"
+        f"                  '--launcher-pid', str(os.getpid()), '--', sys.executable, '-c', {job!r}])\n"
+        "time.sleep(120)\n"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", launcher])
+    deadline = time.monotonic() + 60
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.monotonic() < deadline and holder.poll() is None
+        time.sleep(0.1)
+    job_pid = int(pid_file.read_text())
+    holder.kill()
+    holder.wait()
+    deadline = time.monotonic() + 20
+    while not (tmp_path / "run" / "summary.json").exists() or _alive(job_pid):
+        assert time.monotonic() < deadline, "the job outlived its launcher"
+        time.sleep(0.1)
+    assert RunSummary.read(tmp_path / "run").exit_code == 128 + signal.SIGTERM
+
+
+def _alive(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return status != "Z"
+
+
+def test_a_profiling_run_whose_artifacts_are_refused_is_failed_with_its_reason(
+    horus_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the artifact store acknowledged before it refused (params, metrics) stays; the run says why it
+    is FAILED and the error says where the telemetry is kept."""
+    from mlflow.tracking import MlflowClient
+
+    from horus_airflow.errors import ProfilingLogError
+    from horus_airflow.features.gpus import gpu_spec
+    from horus_airflow.placement import GpuState
+    from horus_airflow.registry.profiling import LOGGING_ERROR_TAG, ProfilingRecord, log_profiling_run
+    from horus_airflow.registry.retraining import all_profiling_runs
+    from horus_airflow.settings import Settings
+
+    def disk_full(*_args: object, **_kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(MlflowClient, "log_artifacts", disk_full)
+    run_dir = tmp_path / "job"
+    run_dir.mkdir()
+    gpu = GpuState("n/0", "n", 0, "a100-80gb", gpu_spec("a100-80gb").memory_mib)
+    record = ProfilingRecord(None, None, None, "prior", None, (gpu,), RunSummary(0, 10.0, 50, False, 90.0, 500.0), run_dir, {},
+                             co_residents=())
+    with pytest.raises(ProfilingLogError, match=f"No space left on device.*kept in {run_dir}"):
+        log_profiling_run(Settings.from_env(), record)
+    [logged] = all_profiling_runs(Settings.from_env())
+    assert logged.info.status == "FAILED" and "No space left on device" in logged.data.tags[LOGGING_ERROR_TAG]
+    assert logged.data.metrics["duration_s"] == 10.0 and logged.data.metrics["samples"] == 50  # what was acknowledged is kept

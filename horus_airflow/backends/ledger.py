@@ -163,6 +163,16 @@ class SqliteLedger:
                 conn.execute("UPDATE ledger_version SET version = version + 1")
             return cursor.rowcount > 0
 
+    def release_owner(self, owner: str, now: float) -> list[str]:
+        """Release every reservation ``owner`` still holds; returns their ids (none: an empty list)."""
+        with self._write() as conn:
+            held = [row[0] for row in conn.execute(
+                "SELECT DISTINCT reservation_id FROM reservations WHERE owner = ? AND released_at IS NULL", (owner,))]
+            if held:
+                conn.execute("UPDATE reservations SET released_at = ? WHERE owner = ? AND released_at IS NULL", (now, owner))
+                conn.execute("UPDATE ledger_version SET version = version + 1")
+            return held
+
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
         conn.execute("PRAGMA journal_mode=WAL")

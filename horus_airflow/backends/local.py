@@ -121,12 +121,22 @@ replace(gpu, residents=tuple(residents.get(gpu.gpu_id, ()))) for gpu in self.gpu
     def release(self, reservation: Reservation) -> bool:
         return self.ledger.release(reservation.reservation_id, self.clock())
 
+    def release_owner(self, owner: str) -> int:
+        """Release what an earlier try of ``owner`` still holds. An owner is one task instance, which runs
+        one try at a time, so such a booking is a dead try's: its job was stopped with its launcher
+        (``horus run --launcher-pid``), and waiting for its lease to expire would only hold a free GPU."""
+        released = self.ledger.release_owner(owner, self.clock())
+        if released:
+            log.warning("released %d reservation(s) of an earlier try of %s: %s", len(released), owner, ", ".join(released))
+        return len(released)
+
     def launch(self, command: list[str], reservation: Reservation, run_dir: Path) -> LaunchedJob:
         """Start ``command`` under the telemetry wrapper, pinned to the reserved GPUs."""
         run_dir.mkdir(parents=True, exist_ok=True)
         indices = ",".join(str(self.gpu(g).index) for g in reservation.gpu_ids)
         env = {**os.environ, "CUDA_VISIBLE_DEVICES": indices, "HORUS_RESERVATION_ID": reservation.reservation_id}
-        wrapped = [sys.executable, "-m", "horus_airflow.cli", "run", "--out", str(run_dir), "--", *command]
+        wrapped = [sys.executable, "-m", "horus_airflow.cli", "run", "--out", str(run_dir), "--launcher-pid", str(os.getpid()),
+                   "--", *command]
         with (run_dir / "job.log").open("wb") as log_file:
             process = subprocess.Popen(wrapped, env=env, stdout=log_file, stderr=subprocess.STDOUT)
         log.info("launched %s on %s (CUDA_VISIBLE_DEVICES=%s), log %s", command[:4], reservation.gpu_ids, indices, run_dir / "job.log")

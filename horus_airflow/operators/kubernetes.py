@@ -32,6 +32,7 @@ from horus_airflow.errors import (
     KubernetesConfigError,
 )
 from horus_airflow.jobs import JobSpec
+from horus_airflow.operators.owner import task_owner
 from horus_airflow.pipeline import predict_demand
 from horus_airflow.placement import (
     ClusterState,
@@ -50,13 +51,6 @@ log = logging.getLogger(__name__)
 XCOM_KEY = "horus_placement"
 CO_RESIDENTS_ANNOTATION = "horus.ai/co-residents"
 _PENDING_MARGIN_S = 60.0
-
-
-def _owner(context: Context) -> str:
-    """The ledger owner of a task instance: the same across retries and re-attaches, so a worker that
-    restarts gets its booking back instead of booking twice."""
-    ti = context["ti"]
-    return f"{ti.dag_id}/{ti.task_id}/{ti.run_id}/{ti.map_index}"
 
 
 class HorusKubernetesPodOperator(KubernetesPodOperator):
@@ -163,7 +157,7 @@ class HorusKubernetesPodOperator(KubernetesPodOperator):
 
     def _place(self, pod: k8s.V1Pod, spec: JobSpec, context: Context) -> k8s.V1Pod:
         ti = context["ti"]
-        self._owner = _owner(context)
+        self._owner = task_owner(context["ti"])
         backend, settings = self._backend, self._settings
         first = backend.snapshot()
         if not first.gpus:
@@ -319,7 +313,7 @@ class HorusKubernetesPodOperator(KubernetesPodOperator):
             raise
 
     def trigger_reentry(self, context: Context, event: dict[str, Any]) -> Any:
-        self._owner = _owner(context)
+        self._owner = task_owner(context["ti"])
         try:
             result = super().trigger_reentry(context, event)
         except TaskDeferred:

@@ -11,6 +11,7 @@ from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from horus_airflow.errors import HorusError, InvalidJobError, InventoryError
+from horus_airflow.operators.owner import task_owner
 from horus_airflow.settings import Settings
 
 if TYPE_CHECKING:
@@ -92,7 +93,7 @@ class HorusTrainingOperator(BaseOperator):
             outcome = run_job(
                 spec,
                 Settings.from_env(),
-                owner=f"{ti.dag_id}/{ti.task_id}/{ti.run_id}/{ti.map_index}",
+                owner=task_owner(ti),
                 profile_name=self.profile,
                 placement_timeout_s=self.placement_timeout,
                 context_tags={

@@ -20,6 +20,7 @@ from typing import Mapping, Sequence
 from mlflow.entities import Metric, Param, Run, RunStatus, RunTag
 
 from horus_airflow.backends.ledger import Booking
+from horus_airflow.errors import ProfilingLogError
 from horus_airflow.features.gpus import gpu_spec, gpu_type_from_nvml
 from horus_airflow.features.graph import GraphFeatures
 from horus_airflow.jobs import JobSpec
@@ -39,6 +40,7 @@ from horus_airflow.telemetry.wrapper import (
 log = logging.getLogger(__name__)
 
 PROFILING_EXPERIMENT = "horus-profiling"
+LOGGING_ERROR_TAG = "horus.logging_error"
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,14 @@ def log_profiling_run(settings: Settings, record: ProfilingRecord) -> str:
         if record.decision is not None:
             (record.run_dir / "placement.json").write_text(json.dumps(record.decision.to_dict(), indent=2))
         mlflow.log_artifacts(run_id, str(record.run_dir), artifact_path="telemetry")
+    except Exception as exc:
+        problem = f"{type(exc).__name__}: {exc}"[:1000]
+        mlflow.set_tag(run_id, LOGGING_ERROR_TAG, problem)  # why a run whose job succeeded is FAILED
+        mlflow.set_terminated(run_id, RunStatus.to_string(RunStatus.FAILED))
+        raise ProfilingLogError(
+            f"profiling run {run_id} could not be logged completely to {settings.mlflow_tracking_uri} ({problem}); "
+            f"it is marked FAILED, and the job's telemetry is kept in {record.run_dir}"
+        ) from exc
     except BaseException:
         mlflow.set_terminated(run_id, RunStatus.to_string(RunStatus.FAILED))
         raise

@@ -91,9 +91,16 @@ class RunSummary:
         (folder / SUMMARY_FILE).write_text(json.dumps(asdict(self), indent=2))
 
 
-def run(command: Sequence[str], out_dir: Path, interval_s: float = 0.2, source: nvml.GpuSource | None = None) -> RunSummary:
+def run(
+    command: Sequence[str], out_dir: Path, interval_s: float = 0.2, source: nvml.GpuSource | None = None,
+    launcher_pid: int | None = None,
+) -> RunSummary:
     """Run ``command`` to completion under sampling; the summary is also written to ``out_dir``.
-    ``source`` defaults to NVML on the visible GPUs, or none where NVML is missing."""
+    ``source`` defaults to NVML on the visible GPUs, or none where NVML is missing.
+
+    With ``launcher_pid`` (the process that holds the job's GPU reservation), the command is stopped
+    when that process is gone: a launcher killed with SIGKILL cannot stop it, and its lease will
+    expire, after which the GPU may be given to another job while this one still trains on it."""
     out_dir.mkdir(parents=True, exist_ok=True)
     metrics_file = out_dir / "job_metrics.json"
     env = {**os.environ, METRICS_FILE_ENV: str(metrics_file)}
@@ -116,7 +123,7 @@ def run(command: Sequence[str], out_dir: Path, interval_s: float = 0.2, source: 
         )
         sampler.start()
         try:
-            code = child.wait()
+            code = _wait(child, launcher_pid, interval_s)
         finally:
             stop.set()
             sampler.join()
@@ -129,6 +136,24 @@ def run(command: Sequence[str], out_dir: Path, interval_s: float = 0.2, source: 
     samples_frame(samples).to_parquet(out_dir / SAMPLES_PARQUET, index=False)
     summary.write(out_dir)
     return summary
+
+
+def _wait(child: subprocess.Popen[bytes], launcher_pid: int | None, poll_s: float, grace_s: float = 10.0) -> int:
+    """The child's return code; it is stopped (SIGTERM, SIGKILL after ``grace_s``) once the launcher is gone,
+    which a re-parented wrapper sees as a parent pid that changed."""
+    while True:
+        try:
+            return child.wait(timeout=max(poll_s, 0.05))
+        except subprocess.TimeoutExpired:
+            if launcher_pid is None or os.getppid() == launcher_pid:
+                continue
+        log.warning("launcher %d is gone: stopping the job (pid %d), its GPU reservation is no longer held", launcher_pid, child.pid)
+        child.terminate()
+        try:
+            return child.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            return child.wait()
 
 
 def _visible_gpu_indices() -> list[int]:

@@ -36,6 +36,11 @@ def postgres_bin() -> Path | None:
     return found[-1].parent if found else None
 
 
+def _postgres_user() -> str | None:
+    """Who runs the server: it refuses to run as root."""
+    return "postgres" if os.geteuid() == 0 else None
+
+
 @dataclass
 class LocalStack:
     """Start with :meth:`start`, stop with :meth:`stop`; every process is in its own group."""
@@ -46,7 +51,9 @@ class LocalStack:
     pids: dict[str, int] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
     admin_password: str = field(default_factory=lambda: secrets.token_urlsafe(16))
+    jwt_secret: str = field(default_factory=lambda: secrets.token_urlsafe(48))
     pg_dir: Path | None = None
+    artifacts_mounted: bool = False
     _processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
 
     @property
@@ -81,6 +88,9 @@ class LocalStack:
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.airflow_url}/execution/",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.root / "passwords.json"),
+            "AIRFLOW__API_AUTH__JWT_SECRET": self.jwt_secret,
+            "AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK": "true",
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_SERVER_PORT": str(self.ports["scheduler-health"]),
             # 50 task processes importing PyTorch at once on a 2-core CI machine took over Airflow's 30 s
             # DAG import timeout (seen once in four CI runs): slower, not broken
             "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "300",
@@ -89,9 +99,14 @@ class LocalStack:
             # DAG cannot be triggered (404): one CI run lost horus_stack_fault so, right after the load test
             "AIRFLOW__DAG_PROCESSOR__DAG_FILE_PROCESSOR_TIMEOUT": "120",
             "AIRFLOW__DAG_PROCESSOR__STALE_DAG_THRESHOLD": "300",
+            # a worker killed outright is found by its missing heartbeats: after 30 s here, 300 s by default
+            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "30",
+            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "5",
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
             "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "5",
             "MLFLOW_TRACKING_URI": self.mlflow_url,
+            # the client gives up on a failing MLflow call after about a minute, not the default four
+            "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "5",
             "MLFLOW_DISABLE_TELEMETRY": "true",
             "HORUS_HOME": str(self.horus_home),
             "HORUS_LOCAL_GPUS": "4xa100-80gb",
@@ -101,8 +116,9 @@ class LocalStack:
     # --- lifecycle -------------------------------------------------------------------------------
     def start(self) -> LocalStack:
         self.root.mkdir(parents=True, exist_ok=True)
-        self.ports = {"postgres": free_port(), "mlflow": free_port(), "airflow": free_port()}
+        self.ports = {name: free_port() for name in ("postgres", "mlflow", "airflow", "scheduler-health")}
         self._postgres()
+        self._artifact_disk()
         self._mlflow()
         self._airflow()
         return self
@@ -112,6 +128,8 @@ class LocalStack:
             self.kill(name, signal.SIGTERM)
         for name in list(self.pids):
             self._reap(name)
+        if self.artifacts_mounted:
+            subprocess.run(["umount", "--lazy", str(self.artifacts)], check=True)
         if self.pg_dir is not None:
             shutil.rmtree(self.pg_dir, ignore_errors=True)
 
@@ -126,10 +144,20 @@ class LocalStack:
         except ProcessLookupError:
             pass
 
+    def is_up(self, name: str) -> bool:
+        if name == "postgres":
+            binaries = postgres_bin()
+            assert binaries is not None
+            return subprocess.run([str(binaries / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.ports["postgres"])],
+                                  check=False, capture_output=True).returncode == 0
+        return http_ok({"mlflow": f"{self.mlflow_url}/health", "airflow": f"{self.airflow_url}/api/v2/monitor/health"}[name])
+
     def restart(self, name: str) -> None:
-        """Start a stopped service again on its port, with its data (Postgres) or store (MLflow)."""
+        """Start a service again on its port, with its data (Postgres) or store (MLflow); one still running
+        is killed first (a hung Airflow scheduler does not exit by itself)."""
+        self.kill(name)
         self._reap(name)
-        {"mlflow": self._mlflow}[name]()
+        {"mlflow": self._mlflow, "postgres": self._start_postgres, "airflow": self._airflow}[name]()
 
     def _reap(self, name: str, timeout_s: float = 30.0) -> None:
         """Wait for a service's process to end (reaping it), killing its whole group if it lingers."""
@@ -160,7 +188,7 @@ class LocalStack:
         binaries = postgres_bin()
         if binaries is None:
             raise RuntimeError("PostgreSQL is not installed: apt-get install postgresql (make test does this)")
-        as_user = "postgres" if os.geteuid() == 0 else None  # the server refuses to run as root
+        as_user = _postgres_user()
         self.pg_dir = Path(tempfile.mkdtemp(prefix="horus-pg-"))  # under /tmp, so that user can reach it
         data = self.pg_dir / "data"
         pwfile = self.pg_dir / "pgpass"
@@ -172,29 +200,43 @@ class LocalStack:
         subprocess.run(([ "runuser", "-u", as_user, "--"] if as_user else []) + [
             str(binaries / "initdb"), "-D", str(data), "-U", "horus", "--pwfile", str(pwfile), "-A", "scram-sha-256"],
             check=True, capture_output=True)
-        self._spawn("postgres", [str(binaries / "postgres"), "-D", str(data), "-h", "127.0.0.1", "-p", str(self.ports["postgres"]),
-                                 "-k", str(self.pg_dir)], user=as_user)
-        wait_for(lambda: subprocess.run([str(binaries / "pg_isready"), "-h", "127.0.0.1", "-p", str(self.ports["postgres"])],
-                                        check=False, capture_output=True).returncode == 0, 60, lambda: self.log_tail("postgres"))
+        self._start_postgres()
         for database in DATABASES:
             subprocess.run([str(binaries / "createdb"), "-h", "127.0.0.1", "-p", str(self.ports["postgres"]), "-U", "horus", database],
                            env={**os.environ, "PGPASSWORD": self.password}, check=True, capture_output=True)
 
+    def _start_postgres(self) -> None:
+        binaries = postgres_bin()
+        assert binaries is not None and self.pg_dir is not None
+        self._spawn("postgres", [str(binaries / "postgres"), "-D", str(self.pg_dir / "data"), "-h", "127.0.0.1",
+                                 "-p", str(self.ports["postgres"]), "-k", str(self.pg_dir)], user=_postgres_user())
+        wait_for(lambda: self.is_up("postgres"), 60, lambda: self.log_tail("postgres"))
+
+    @property
+    def artifacts(self) -> Path:
+        return self.root / "mlartifacts"
+
+    def _artifact_disk(self) -> None:
+        """The MLflow artifact store on a filesystem of its own (a 1 GiB tmpfs), so that a test can fill it;
+        where mounting is not allowed (not root), a plain folder."""
+        self.artifacts.mkdir(exist_ok=True)
+        mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1g", "tmpfs", str(self.artifacts)], check=False, capture_output=True)
+        self.artifacts_mounted = mounted.returncode == 0
+
     def _mlflow(self) -> None:
-        artifacts = self.root / "mlartifacts"
-        artifacts.mkdir(exist_ok=True)
+        artifacts = self.artifacts
         self._spawn("mlflow", [str(Path(sys.executable).parent / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(self.ports["mlflow"]),
                                "--backend-store-uri", f"{self.pg_url}/mlflow", "--artifacts-destination", str(artifacts),
                                "--workers", "2"],
                     env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"})
-        wait_for(lambda: http_ok(f"{self.mlflow_url}/health"), 120, lambda: self.log_tail("mlflow"))
+        wait_for(lambda: self.is_up("mlflow"), 120, lambda: self.log_tail("mlflow"))
 
     def _airflow(self) -> None:
         (self.root / "passwords.json").write_text(json.dumps({"admin": self.admin_password}))
         env = self.env()
         env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"  # standalone starts `airflow ...` from PATH
         self._spawn("airflow", [str(Path(sys.executable).parent / "airflow"), "standalone"], env=env)
-        wait_for(lambda: http_ok(f"{self.airflow_url}/api/v2/monitor/health"), 240, lambda: self.log_tail("airflow"))
+        wait_for(lambda: self.is_up("airflow"), 240, lambda: self.log_tail("airflow"))
 
     # --- Airflow REST API ------------------------------------------------------------------------
     def token(self) -> str:
@@ -245,6 +287,24 @@ def _triggerable(stack: LocalStack, dag_id: str) -> bool:
     except urllib.error.HTTPError:
         return False
     return not dag["is_stale"] and not dag["has_import_errors"]
+
+
+def processes_running(*argv_parts: str) -> dict[int, list[str]]:
+    """Live processes whose command line holds every one of ``argv_parts``, by pid."""
+    found = {}
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().decode(errors="replace").split("\0")
+            state = (cmdline.parent / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and all(part in argv for part in argv_parts):
+            found[int(cmdline.parent.name)] = argv
+    return found
+
+
+def parent_of(pid: int) -> int:
+    return int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
 def alive_in_group(pgid: int) -> list[int]:

@@ -4,8 +4,11 @@ triggered through Airflow's REST API, results read back from the MLflow server a
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -20,6 +23,8 @@ import yaml
 
 from horus_airflow.backends.ledger import LedgerReader
 from horus_airflow.placement import load_profile
+from horus_airflow.registry.profiling import LOGGING_ERROR_TAG
+from horus_airflow.telemetry import RunSummary
 from tests.stack.local_stack import (
     DATABASES,
     EXECUTOR,
@@ -28,8 +33,9 @@ from tests.stack.local_stack import (
     SERVICES,
     LocalStack,
     alive_in_group,
-    http_ok,
+    parent_of,
     postgres_bin,
+    processes_running,
     wait_for,
 )
 
@@ -60,31 +66,38 @@ def mlflow_client(stack: LocalStack):  # type: ignore[no-untyped-def]
 
 
 def test_compose_matches_the_local_stack() -> None:
-    compose = yaml.safe_load((REPO / "docker-compose.yaml").read_text())
+    text = (REPO / "docker-compose.yaml").read_text()
+    compose = yaml.safe_load(text)
     services = compose["services"]
-    assert set(services) == set(SERVICES)
+    assert {name for name, service in services.items() if "profiles" not in service} == set(SERVICES)
+    assert {name for name, service in services.items() if "celery" in service.get("profiles", [])} == {"redis", "airflow-worker"}
     assert services["postgres"]["image"] == f"postgres:{POSTGRES_MAJOR}"
     binaries = postgres_bin()
     if binaries is not None:  # the Debian package the suite runs is the same major version
         assert binaries.parent.name == str(POSTGRES_MAJOR)
     common = compose["x-airflow-common"]["environment"]
-    assert common["AIRFLOW__CORE__EXECUTOR"] == EXECUTOR
+    assert common["AIRFLOW__CORE__EXECUTOR"] == f"${{AIRFLOW_EXECUTOR:-{EXECUTOR}}}"
     assert common["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("postgresql+psycopg2://")
     assert common["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].endswith("/airflow")
     suite = LocalStack(Path("/nonexistent"))
-    suite.ports = {"postgres": 1, "mlflow": 2, "airflow": 3}
+    suite.ports = {"postgres": 1, "mlflow": 2, "airflow": 3, "scheduler-health": 4}
     env = suite.env()
-    for name in common:  # every setting compose gives Airflow, the suite gives too
-        assert name in env, name
+    for name in common:  # every setting compose gives Airflow, the suite gives too (Celery's: the suite runs LocalExecutor)
+        assert name in env or name.startswith("AIRFLOW__CELERY__"), name
     mlflow_command = " ".join(services["mlflow"]["command"].split())
     assert "--backend-store-uri postgresql+psycopg2://" in mlflow_command and "/mlflow" in mlflow_command
     assert "--artifacts-destination" in mlflow_command
     init_sql = (REPO / "deploy" / "postgres-init.sql").read_text().lower()
     assert all(db in init_sql or db == "airflow" for db in DATABASES)
-    for name, service in services.items():  # nothing listens beyond loopback on the host
-        for port in service.get("ports", []):
+    for name, service in services.items():
+        for port in service.get("ports", []):  # nothing listens beyond loopback on the host
             assert str(port).startswith("127.0.0.1:"), (name, port)
-    assert "POSTGRES_PASSWORD:?" in (REPO / "docker-compose.yaml").read_text()  # no working default password
+        if name != "airflow-init":  # what the fault tests restart, the deployment restarts too
+            assert service.get("restart") == "always" and "healthcheck" in service, name
+    for secret in ("POSTGRES_PASSWORD", "AIRFLOW_JWT_SECRET", "AIRFLOW_ADMIN_PASSWORD"):  # no working default password
+        assert f"${{{secret}:?" in text and f"${{{secret}:-" not in text, secret
+    example = dict(line.split("=", 1) for line in (REPO / ".env.example").read_text().splitlines() if "=" in line and not line.startswith("#"))
+    assert all(example[secret] == "" for secret in ("POSTGRES_PASSWORD", "AIRFLOW_JWT_SECRET", "AIRFLOW_ADMIN_PASSWORD"))
 
 
 def test_bootstrap_registers_both_models_on_the_mlflow_server(stack: LocalStack) -> None:
@@ -159,16 +172,28 @@ def test_fifty_tasks_at_once_never_over_commit_and_leave_nothing_behind(stack: L
 
 
 
-def test_the_mlflow_server_going_away_under_running_tasks_loses_nothing(stack: LocalStack) -> None:
+@pytest.mark.parametrize(("service", "stop_signal", "restarted_after"), [
+    ("mlflow", signal.SIGKILL, ()),
+    # Airflow's scheduler, DAG processor and triggerer exit (the scheduler may hang instead) when their
+    # database goes away; a deployment restarts them (compose's `restart: always`, a liveness probe): so does this suite
+    ("postgres", signal.SIGINT, ("airflow",)),
+])
+def test_a_service_going_away_under_running_tasks_loses_nothing(
+    stack: LocalStack, service: str, stop_signal: int, restarted_after: tuple[str, ...],
+) -> None:
+    """The MLflow server killed, or PostgreSQL (Airflow's and MLflow's database) restarted in fast mode as
+    ``pg_ctl restart`` does, for 20 s while three tasks train."""
     client = mlflow_client(stack)
     experiment = client.get_experiment_by_name("horus-profiling")
     before = {r.info.run_id for r in client.search_runs([experiment.experiment_id], max_results=1000)} if experiment else set()
     run_id = stack.start_run("horus_stack_fault")
     wait_for(lambda: list(stack.task_states("horus_stack_fault", run_id).values()).count("running") == 3, 180, poll_s=0.5)
-    stack.kill("mlflow")  # every task is training: none can log its profiling run now
-    wait_for(lambda: not http_ok(f"{stack.mlflow_url}/health"), 30)
+    stack.kill(service, stop_signal)  # every task is training: none can log its profiling run now
+    wait_for(lambda: not stack.is_up(service), 30)
     time.sleep(20)
-    stack.restart("mlflow")
+    stack.restart(service)
+    for dependent in restarted_after:
+        stack.restart(dependent)
     final = stack.trigger_wait("horus_stack_fault", run_id, timeout_s=600)
     states = stack.task_states("horus_stack_fault", run_id)
     assert final["state"] == "success", (states, stack.log_tail("airflow"))
@@ -179,6 +204,116 @@ def test_the_mlflow_server_going_away_under_running_tasks_loses_nothing(stack: L
     assert finished == {"train32", "train64", "train128"}, [(r.info.status, r.data.params.get("job.batch_size")) for r in logged]
     assert all(r.info.status != "RUNNING" for r in logged)  # no run left half-written
     assert LedgerReader(stack.horus_home / "ledger.sqlite").live(now=9e12) == []
+    health = stack.request("GET", "/api/v2/monitor/health")
+    assert health["scheduler"]["status"] == "healthy" and health["metadatabase"]["status"] == "healthy", health
     tries = stack.request("GET", f"/api/v2/dags/horus_stack_fault/dagRuns/{urllib.parse.quote(run_id, safe='')}/taskInstances")
-    print(f"\nMLflow down 20 s under 3 running tasks: tries {sorted(ti['try_number'] for ti in tries['task_instances'])}, "
+    print(f"\n{service} down 20 s under 3 running tasks: tries {sorted(ti['try_number'] for ti in tries['task_instances'])}, "
           f"{len(logged)} profiling runs ({len(finished)} finished)")
+
+
+def test_a_worker_killed_under_its_job_is_retried_and_its_gpu_comes_back(stack: LocalStack) -> None:
+    """SIGKILL the LocalExecutor worker and its task process while the job trains on a booked GPU: nothing
+    of that try can clean up. The job stops with its launcher, the scheduler finds the missing heartbeats,
+    the retry releases the dead try's booking and trains again."""
+    run_id = stack.start_run("horus_stack_worker_kill")
+    wrappers: dict[int, list[str]] = {}
+
+    def training() -> bool:  # this stack's job, not another wrapper running on the machine
+        running = processes_running("horus_airflow.cli", "run", "--launcher-pid")
+        wrappers.update({pid: argv for pid, argv in running.items() if argv[argv.index("--out") + 1].startswith(str(stack.horus_home))})
+        return bool(wrappers)
+
+    wait_for(training, 300, lambda: stack.log_tail("airflow"))
+    [(wrapper, argv)] = wrappers.items()
+    task_process = int(argv[argv.index("--launcher-pid") + 1])
+    worker = parent_of(task_process)
+    os.kill(worker, signal.SIGKILL)  # first, so that it cannot report its task's death
+    os.kill(task_process, signal.SIGKILL)
+    wait_for(lambda: wrapper not in processes_running("horus_airflow.cli", "run"), 30)  # no job outlives its worker
+    final = stack.trigger_wait("horus_stack_worker_kill", run_id, timeout_s=600)
+    quoted = urllib.parse.quote(run_id, safe="")
+    [ti] = stack.request("GET", f"/api/v2/dags/horus_stack_worker_kill/dagRuns/{quoted}/taskInstances")["task_instances"]
+    assert final["state"] == "success" and ti["try_number"] == 2, (ti, stack.log_tail("airflow"))
+    ledger = LedgerReader(stack.horus_home / "ledger.sqlite")
+    dead, retry = sorted((e for e in ledger.journal(10_000) if e.owner == f"horus_stack_worker_kill/train/{run_id}/-1"),
+                         key=lambda e: e.created_at)
+    assert dead.released_at is not None and dead.released_at <= retry.created_at  # released by the retry, not left to expire
+    assert retry.status(now=9e12) == "released" and ledger.live(now=9e12) == []
+    killed = RunSummary.read(stack.horus_home / "runs" / dead.job_id)  # the dead try's telemetry is kept on disk
+    assert killed is not None and killed.exit_code == 128 + signal.SIGTERM and killed.samples > 0
+    client = mlflow_client(stack)
+    logged = client.search_runs([client.get_experiment_by_name("horus-profiling").experiment_id], f"tags.`airflow.run_id` = '{run_id}'")
+    assert [(r.info.status, r.data.tags["airflow.try_number"]) for r in logged] == [("FINISHED", "2")]
+    print(f"\nworker killed {retry.created_at - dead.created_at:.0f} s into try 1; try 2 placed on {retry.bookings[0].gpu_id} "
+          f"after releasing try 1's booking; try 1's {killed.samples} samples kept on disk")
+
+
+def test_a_full_artifact_disk_fails_the_logging_and_the_retry_logs_everything(stack: LocalStack) -> None:
+    """The MLflow server's artifact filesystem full while a task logs its profiling run: the run keeps what
+    the server acknowledged (params, metrics) and says why it is FAILED, the task is retried once the disk
+    has room, and no earlier artifact is damaged."""
+    if not stack.artifacts_mounted:
+        pytest.skip("filling the artifact disk needs a filesystem of its own: mounting a tmpfs needs root (CAP_SYS_ADMIN)")
+    client = mlflow_client(stack)
+    experiment = client.get_experiment_by_name("horus-profiling")
+    [earlier] = client.search_runs([experiment.experiment_id], "attributes.status = 'FINISHED'", max_results=1)
+    placement_before = Path(client.download_artifacts(earlier.info.run_id, "telemetry/placement.json", tempfile.mkdtemp())).read_bytes()
+    filler = stack.artifacts / "filler"
+    with filler.open("wb") as disk, contextlib.suppress(OSError):  # ENOSPC ends it
+        while True:
+            disk.write(b"\0" * (1 << 20))
+    run_id = stack.start_run("horus_stack_disk_full")
+    quoted = urllib.parse.quote(run_id, safe="")
+
+    def first_try_failed() -> bool:
+        [ti] = stack.request("GET", f"/api/v2/dags/horus_stack_disk_full/dagRuns/{quoted}/taskInstances")["task_instances"]
+        return ti["try_number"] >= 2 or ti["state"] in ("up_for_retry", "failed")
+
+    wait_for(first_try_failed, 600, lambda: stack.log_tail("airflow"), poll_s=1.0)
+    filler.unlink()
+    final = stack.trigger_wait("horus_stack_disk_full", run_id, timeout_s=600)
+    assert final["state"] == "success", (stack.task_states("horus_stack_disk_full", run_id), stack.log_tail("airflow"))
+    logged = client.search_runs([experiment.experiment_id], f"tags.`airflow.run_id` = '{run_id}'")
+    refused = [r for r in logged if r.info.status == "FAILED"]
+    [complete] = [r for r in logged if r.info.status == "FINISHED"]
+    assert refused and all(r.data.tags.get(LOGGING_ERROR_TAG) and r.data.metrics["duration_s"] > 0 for r in refused)
+    assert {"telemetry/placement.json", "telemetry/samples.parquet", "telemetry/summary.json"} <= {
+        a.path for a in client.list_artifacts(complete.info.run_id, "telemetry")}
+    assert all(r.info.status != "RUNNING" for r in logged)
+    again = Path(client.download_artifacts(earlier.info.run_id, "telemetry/placement.json", tempfile.mkdtemp())).read_bytes()
+    assert again == placement_before  # what was stored before the disk filled is intact
+    assert LedgerReader(stack.horus_home / "ledger.sqlite").live(now=9e12) == []
+    print(f"\nartifact disk full: {len(refused)} profiling run(s) FAILED with the reason "
+          f"({refused[0].data.tags[LOGGING_ERROR_TAG][:80]}...), then try {complete.data.tags['airflow.try_number']} logged everything")
+
+
+def test_no_secret_reaches_a_log_an_xcom_or_mlflow(stack: LocalStack) -> None:
+    """Last in this module, after every DAG above ran: the stack's passwords and JWT secret appear in no
+    log file, XCom value, rendered template field, DAG run conf, audit log entry or MLflow param or tag."""
+    import psycopg2
+
+    secret_values = {"postgres password": stack.password, "admin password": stack.admin_password, "jwt secret": stack.jwt_secret}
+    leaks = []
+    logs = [*stack.root.glob("*.log"), *(stack.root / "airflow" / "logs").rglob("*.log"), *stack.horus_home.rglob("*.log"),
+            *stack.horus_home.rglob("*.json*")]
+    assert len(logs) > 10  # the task logs are there to be read
+    for path in logs:
+        text = path.read_text(errors="replace")
+        leaks += [(name, str(path)) for name, value in secret_values.items() if value in text]
+    stored = {
+        "airflow": ["SELECT value::text FROM xcom", "SELECT rendered_fields::text FROM rendered_task_instance_fields",
+                    "SELECT conf::text FROM dag_run", "SELECT extra FROM log"],
+        "mlflow": ["SELECT value FROM params", "SELECT value FROM tags", "SELECT value FROM model_version_tags",
+                   "SELECT value FROM registered_model_tags"],
+    }
+    rows = 0
+    for database, queries in stored.items():
+        with contextlib.closing(psycopg2.connect(host="127.0.0.1", port=stack.ports["postgres"], user="horus",
+                                                 password=stack.password, dbname=database)) as conn, conn.cursor() as cursor:
+            for query in queries:
+                cursor.execute(query)
+                for (value,) in cursor.fetchall():
+                    rows += 1
+                    leaks += [(name, f"{database}: {query}") for name, secret in secret_values.items() if value and secret in value]
+    assert rows > 100  # XComs, params and tags of every run above were read
+    assert leaks == []
