@@ -46,6 +46,7 @@ class JobOutcome:
     mlflow_run_id: str
     exit_code: int
     ledger_conflicts: int
+    placement_s: float
 
 
 def predict_demand(
@@ -197,5 +198,6 @@ def _run_together(
             mlflow_run_id=run_id,
             exit_code=summary.exit_code,
             ledger_conflicts=acquired.conflicts,
+            placement_s=round(acquired.seconds, 3),
         ))
     return outcomes

@@ -34,6 +34,7 @@ class Acquired:
     reservation: Reservation
     state: ClusterState
     conflicts: int
+    seconds: float = 0.0  # from the first snapshot to the booking, waiting for a GPU included
 
 
 def acquire(
@@ -53,14 +54,16 @@ def acquire(
     A job that could not fit even on an idle cluster fails at once instead of waiting. ``state`` is a
     snapshot the caller already read, decided on first.
     """
-    deadline = clock() + timeout_s
+    started = clock()
+    deadline = started + timeout_s
     conflicts = 0
     while True:
         state = state if state is not None else backend.snapshot()
         decision = place(demand, state, profile, interference)
         if decision.placed:
             try:
-                return Acquired(decision, backend.reserve(decision, demand, owner), state, conflicts)
+                reservation = backend.reserve(decision, demand, owner)
+                return Acquired(decision, reservation, state, conflicts, clock() - started)
             except LedgerConflictError as exc:
                 conflicts += 1
                 log.info("ledger conflict (%s), deciding again", exc)

@@ -15,7 +15,7 @@ from kubernetes.client import models as k8s
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from horus_airflow.backends import acquire
+from horus_airflow.backends import Acquired, acquire
 from horus_airflow.backends.binding import BINDINGS, GpuTarget, binding
 from horus_airflow.backends.kubernetes import (
     BOOKING_ANNOTATION,
@@ -180,7 +180,7 @@ class HorusKubernetesPodOperator(KubernetesPodOperator):
             annotations[BOOKING_ANNOTATION] = entry.to_json()
             annotations[CO_RESIDENTS_ANNOTATION] = ",".join(co_residents)
             pod.metadata.annotations = {**(pod.metadata.annotations or {}), **annotations}
-            outcome = self._outcome(acquired.decision, demand, placed, entry.reservation_id, acquired.conflicts)
+            outcome = self._outcome(acquired, demand, placed, entry.reservation_id)
             ti.xcom_push(key=XCOM_KEY, value=outcome)
         except BaseException:
             backend.release(acquired.reservation)
@@ -230,8 +230,8 @@ class HorusKubernetesPodOperator(KubernetesPodOperator):
             "horus.ai/predicted-mem-mib": f"{need.mem_mib:.0f}",
         }
 
-    def _outcome(self, decision: Decision, demand: Demand, placed: list[GpuState], reservation_id: str, conflicts: int) -> dict[str, Any]:
-        need = demand.on(placed[0].gpu_type)
+    def _outcome(self, acquired: Acquired, demand: Demand, placed: list[GpuState], reservation_id: str) -> dict[str, Any]:
+        need, decision = demand.on(placed[0].gpu_type), acquired.decision
         return {
             "job_id": demand.job_id,
             "reservation_id": reservation_id,
@@ -244,7 +244,8 @@ class HorusKubernetesPodOperator(KubernetesPodOperator):
             "predictor": demand.predictor,
             "confidence": demand.confidence,
             "reason": decision.reason,
-            "ledger_conflicts": conflicts,
+            "ledger_conflicts": acquired.conflicts,
+            "placement_s": round(acquired.seconds, 3),
             "explanation": decision.to_dict(top=5),
         }
 

@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -124,6 +125,21 @@ def test_the_example_dag_runs_on_postgres_and_logs_to_the_mlflow_server(stack: L
     assert LedgerReader(stack.horus_home / "ledger.sqlite").live(now=9e12) == []  # every GPU released
 
 
+def test_the_profiling_dag_logs_jobs_alone_and_in_pairs_to_the_mlflow_server(stack: LocalStack) -> None:
+    conf = {"workloads": ["mlp:16@mnist"], "pairs": ["mlp:16@mnist+mlp:32@mnist"], "steps": 3}
+    run = stack.trigger("horus_profile_models", conf, timeout_s=600)
+    assert run["state"] == "success", (stack.task_states("horus_profile_models", run["dag_run_id"]), stack.log_tail("airflow"))
+    client = mlflow_client(stack)
+    experiment = client.get_experiment_by_name("horus-profiling")
+    runs = client.search_runs([experiment.experiment_id], f"tags.`airflow.run_id` = '{run['dag_run_id']}'")
+    alone = [r for r in runs if "horus.pair_id" not in r.data.tags]
+    paired = [r for r in runs if "horus.pair_id" in r.data.tags]
+    assert len(alone) == 1 and len(paired) == 2 and len({r.data.tags["horus.pair_id"] for r in paired}) == 1
+    assert {r.data.params["job.batch_size"] for r in paired} == {"16", "32"}
+    assert all(r.info.status == "FINISHED" and r.data.tags["horus.placement.profile"] == "exclusive" for r in runs)
+    assert LedgerReader(stack.horus_home / "ledger.sqlite").live(now=9e12) == []
+
+
 def test_the_retraining_dag_registers_through_the_mlflow_server(stack: LocalStack) -> None:
     run = stack.trigger("horus_retrain_predictor", {"force": True}, timeout_s=600)
     assert run["state"] == "success", (stack.task_states("horus_retrain_predictor", run["dag_run_id"]), stack.log_tail("airflow"))
@@ -159,16 +175,18 @@ def test_fifty_tasks_at_once_never_over_commit_and_leave_nothing_behind(stack: L
     experiment = client.get_experiment_by_name("horus-profiling")
     runs = client.search_runs([experiment.experiment_id], f"tags.`airflow.run_id` = '{run['dag_run_id']}'", max_results=100)
     assert len(runs) == 50 and {r.data.tags["horus.reservation_id"] for r in runs} == {e.reservation_id for e in entries}
-    conflicts = 0
+    outcomes = []
     quoted = urllib.parse.quote(run["dag_run_id"], safe="")
     for index in range(50):
         entry = stack.request("GET", f"/api/v2/dags/horus_stack_load/dagRuns/{quoted}/taskInstances/train/xcomEntries/return_value"
                                      f"?map_index={index}&deserialize=true&stringify=false")
         value = entry["value"]
-        conflicts += (value if isinstance(value, dict) else json.loads(value))["ledger_conflicts"]
+        outcomes.append(value if isinstance(value, dict) else json.loads(value))
+    conflicts = sum(o["ledger_conflicts"] for o in outcomes)
+    latencies = sorted(o["placement_s"] for o in outcomes)
     span = max(e.created_at for e in entries) - min(e.created_at for e in entries)
-    print(f"\n50 placements in {span:.1f} s ({50 / max(span, 1e-9):.1f} per second), {conflicts} ledger conflicts re-decided, "
-          f"peak {peak} tasks on one GPU")
+    print(f"\n50 placements in {span:.1f} s ({50 / max(span, 1e-9):.2f} per second), {conflicts} ledger conflicts re-decided, "
+          f"placement latency median {statistics.median(latencies):.3f} s, p95 {latencies[47]:.3f} s, peak {peak} tasks on one GPU")
 
 
 
@@ -225,6 +243,7 @@ def test_a_worker_killed_under_its_job_is_retried_and_its_gpu_comes_back(stack: 
 
     wait_for(training, 300, lambda: stack.log_tail("airflow"))
     [(wrapper, argv)] = wrappers.items()
+    time.sleep(3)  # it trains, sampled, on its booked GPU
     task_process = int(argv[argv.index("--launcher-pid") + 1])
     worker = parent_of(task_process)
     os.kill(worker, signal.SIGKILL)  # first, so that it cannot report its task's death
@@ -244,8 +263,8 @@ def test_a_worker_killed_under_its_job_is_retried_and_its_gpu_comes_back(stack: 
     client = mlflow_client(stack)
     logged = client.search_runs([client.get_experiment_by_name("horus-profiling").experiment_id], f"tags.`airflow.run_id` = '{run_id}'")
     assert [(r.info.status, r.data.tags["airflow.try_number"]) for r in logged] == [("FINISHED", "2")]
-    print(f"\nworker killed {retry.created_at - dead.created_at:.0f} s into try 1; try 2 placed on {retry.bookings[0].gpu_id} "
-          f"after releasing try 1's booking; try 1's {killed.samples} samples kept on disk")
+    print(f"\nworker killed under its job: try 2 placed {retry.created_at - dead.created_at:.0f} s after try 1, on "
+          f"{retry.bookings[0].gpu_id}, after releasing try 1's booking; try 1's {killed.samples} samples kept on disk")
 
 
 def test_a_full_artifact_disk_fails_the_logging_and_the_retry_logs_everything(stack: LocalStack) -> None:
