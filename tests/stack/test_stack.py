@@ -229,6 +229,31 @@ def test_a_service_going_away_under_running_tasks_loses_nothing(
           f"{len(logged)} profiling runs ({len(finished)} finished)")
 
 
+def test_a_task_starting_while_mlflow_is_down_predicts_with_the_cached_champion(stack: LocalStack) -> None:
+    """The tracking server is down when a task predicts its demand: the champion cached on this machine
+    serves (not the analytic prior), and the profiling run is logged once the server is back."""
+    cached = json.loads((stack.horus_home / "models" / "horus-gpu-utilization" / "champion.json").read_text())["version"]
+    stack.kill("mlflow")
+    wait_for(lambda: not stack.is_up("mlflow"), 30)
+    run_id = stack.start_run("horus_stack_mlflow_down")
+    task_logs = stack.root / "airflow" / "logs" / "dag_id=horus_stack_mlflow_down"
+
+    def predicted_from_the_cache() -> bool:
+        return any(f"using cached horus-gpu-utilization version {cached}" in log.read_text(errors="replace")
+                   for log in task_logs.rglob("*.log"))
+
+    wait_for(predicted_from_the_cache, 300, lambda: stack.log_tail("airflow"))
+    stack.restart("mlflow")
+    final = stack.trigger_wait("horus_stack_mlflow_down", run_id, timeout_s=300)
+    assert final["state"] == "success", (stack.task_states("horus_stack_mlflow_down", run_id), stack.log_tail("airflow"))
+    client = mlflow_client(stack)
+    logged = client.search_runs([client.get_experiment_by_name("horus-profiling").experiment_id], f"tags.`airflow.run_id` = '{run_id}'")
+    assert [(r.info.status, r.data.tags["horus.predictor"]) for r in logged] == [("FINISHED", f"horus-gpu-utilization/{cached}")]
+    assert LedgerReader(stack.horus_home / "ledger.sqlite").live(now=9e12) == []
+    print(f"\nmlflow down when the task predicted: placed with the cached horus-gpu-utilization/{cached}, "
+          f"its profiling run logged after the restart")
+
+
 def test_a_worker_killed_under_its_job_is_retried_and_its_gpu_comes_back(stack: LocalStack) -> None:
     """SIGKILL the LocalExecutor worker and its task process while the job trains on a booked GPU: nothing
     of that try can clean up. The job stops with its launcher, the scheduler finds the missing heartbeats,

@@ -27,3 +27,9 @@ with DAG(dag_id="horus_stack_disk_full", schedule=None, catchup=False, tags=["ho
         task_id="train", model="resnet18", dataset="cifar10", batch_size=32,
         command=[sys.executable, "-c", "import time; time.sleep(2)"], retries=3, retry_delay=timedelta(seconds=10),
     )
+
+with DAG(dag_id="horus_stack_mlflow_down", schedule=None, catchup=False, tags=["horus", "test"]) as mlflow_down:
+    HorusTrainingOperator(
+        task_id="train", model="resnet18", dataset="cifar10", batch_size=32,
+        command=[sys.executable, "-c", "import time; time.sleep(2)"], retries=2, retry_delay=timedelta(seconds=10),
+    )
