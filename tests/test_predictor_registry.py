@@ -4,6 +4,8 @@ registered model and its aliases, the champion cache and the fallbacks when the 
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -93,6 +95,25 @@ def test_the_operator_side_loads_the_champion_then_its_cache_then_the_prior(
     bare = load_predictor(Settings.from_env())
     assert isinstance(bare, AnalyticPrior)
     assert "registry unreachable" in bare.predict("j", features, 1, [GPU_SPECS["v100"]]).explained()
+
+
+def test_loading_the_champion_inside_airflow_warns_nothing(horus_home: Path) -> None:
+    """skops finds a function's module by reading its name from every imported module, in import order;
+    in a task, Airflow's deprecated aliases come first and each warns when read: 1,160 warnings went into
+    every training task's log (half a minute of a task on a loaded machine)."""
+    train_predictor(Settings.from_env(), read_training_data(SEED), str(SEED))
+    task = (
+        "import warnings\n"
+        "import airflow.utils.timezone\n"  # imported before NumPy, as in a task process
+        "from horus_airflow.registry import load_predictor\n"
+        "from horus_airflow.settings import Settings\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    print(type(load_predictor(Settings.from_env())).__name__)\n"
+        "print(sum(issubclass(w.category, FutureWarning) for w in caught))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", task], capture_output=True, text=True, check=True, timeout=300)
+    assert done.stdout.split() == ["TrainedPredictor", "0"], done.stdout + done.stderr[-2000:]
 
 
 def test_many_workers_fetch_the_champion_at_once(horus_home: Path) -> None:

@@ -14,6 +14,7 @@ import logging
 import os
 import shutil
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, TypeVar
@@ -55,7 +56,11 @@ class ChampionCopy:
     def load(self, loader: Callable[[dict[str, Path]], Model]) -> Model:
         """The model built from this copy's artifacts, once per process and version folder."""
         if self.folder not in _LOADED:
-            _LOADED[self.folder] = loader({p.name: p for p in (self.folder / "artifacts").iterdir()})
+            with warnings.catch_warnings():
+                # skops finds a function's module by reading its name from every imported module; in an Airflow
+                # task each of Airflow's deprecated aliases then warns, over a thousand lines in the task's log
+                warnings.filterwarnings("ignore", category=FutureWarning, module="skops")
+                _LOADED[self.folder] = loader({p.name: p for p in (self.folder / "artifacts").iterdir()})
         return _LOADED[self.folder]  # type: ignore[return-value]
 
 

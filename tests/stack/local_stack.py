@@ -99,11 +99,6 @@ class LocalStack:
             # DAG cannot be triggered (404): one CI run lost horus_stack_fault so, right after the load test
             "AIRFLOW__DAG_PROCESSOR__DAG_FILE_PROCESSOR_TIMEOUT": "120",
             "AIRFLOW__DAG_PROCESSOR__STALE_DAG_THRESHOLD": "300",
-            # the scheduler counts itself dead when its own heartbeat is 30 s late (the default), and then resets
-            # every task it runs: one CI run lost 44 of the 50 load tasks so, its loop starved of 2 cores by them
-            "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD": "120",
-            # and the tasks of a scheduler that really died (Airflow restarted) are reset by the next one's check
-            "AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "30",
             # a worker killed outright is found by its missing heartbeats: after 30 s here, 300 s by default
             "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "30",
             "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "5",
