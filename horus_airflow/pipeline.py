@@ -20,7 +20,9 @@ from horus_airflow.jobs import JobSpec
 from horus_airflow.placement import load_profile
 from horus_airflow.predictor import Demand, GpuDemand
 from horus_airflow.registry import (
+    OWNER_TAG,
     ProfilingRecord,
+    close_abandoned_runs,
     load_interference,
     load_predictor,
     log_profiling_run,
@@ -111,11 +113,11 @@ def run_job(
     backend = LocalBackend(settings)
     job = _prepare(spec, backend, settings)
     interference, interference_label = load_interference(settings)
-    backend.release_owner(owner)  # what a dead try of this task instance still holds
+    _clear_dead_tries(backend, settings, owner)
     acquired = acquire(backend, job.demand, profile, owner, placement_timeout_s, interference)
     log.info("placed %s: %s", job.job_id, acquired.decision.reason)
     [outcome] = _run_together([job], backend, acquired, settings,
-                              {"horus.interference": interference_label, **(context_tags or {})}, on_launch)
+                              {"horus.interference": interference_label, OWNER_TAG: owner, **(context_tags or {})}, on_launch)
     return outcome
 
 
@@ -141,12 +143,19 @@ def profile_pair(
         for t in jobs[0].demand.per_type
     }
     demand = Demand(f"pair-{pair_id}", 1, combined, predictor=jobs[0].demand.predictor)
-    backend.release_owner(owner)  # what a dead try of this task instance still holds
+    _clear_dead_tries(backend, settings, owner)
     acquired = acquire(backend, demand, load_profile("exclusive"), owner, placement_timeout_s)
     log.info("pair %s placed: %s", pair_id, acquired.decision.reason)
     first_outcome, second_outcome = _run_together(jobs, backend, acquired, settings,
-                                                  {"horus.pair_id": pair_id, **(context_tags or {})})
+                                                  {"horus.pair_id": pair_id, OWNER_TAG: owner, **(context_tags or {})})
     return first_outcome, second_outcome
+
+
+def _clear_dead_tries(backend: LocalBackend, settings: Settings, owner: str) -> None:
+    """What a dead try of this task instance left: its GPU booking, and a profiling run it was killed
+    while logging (Airflow runs one try at a time, so nothing of the owner's is still alive)."""
+    backend.release_owner(owner)
+    close_abandoned_runs(settings, owner)
 
 
 def _run_together(

@@ -15,8 +15,10 @@ from horus_airflow.registry.predictor import (
     train_predictor,
 )
 from horus_airflow.registry.profiling import (
+    OWNER_TAG,
     PROFILING_EXPERIMENT,
     ProfilingRecord,
+    close_abandoned_runs,
     log_profiling_run,
     profiling_runs,
 )
@@ -30,6 +32,7 @@ __all__ = [
     "CHALLENGER",
     "CHAMPION",
     "INTERFERENCE_MODEL",
+    "OWNER_TAG",
     "PREDICTOR_MODEL",
     "PROFILING_EXPERIMENT",
     "TRAINING_EXPERIMENT",
@@ -37,6 +40,7 @@ __all__ = [
     "TrainingOutcome",
     "champion_version",
     "client",
+    "close_abandoned_runs",
     "experiment_id",
     "load_interference",
     "load_predictor",

@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 
 PROFILING_EXPERIMENT = "horus-profiling"
 LOGGING_ERROR_TAG = "horus.logging_error"
+OWNER_TAG = "horus.owner"  # the task instance that logged the run, the same for every try
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,31 @@ def profiling_runs(settings: Settings, airflow_run_id: str) -> list[Run]:
     return list(
         mlflow.search_runs([experiment.experiment_id], filter_string=f"tags.`airflow.run_id` = '{airflow_run_id}'")
     )
+
+
+def close_abandoned_runs(settings: Settings, owner: str) -> list[str]:
+    """Mark FAILED, with the reason, the profiling runs an earlier try of ``owner`` left RUNNING: that try
+    was killed while it logged, so the run is half-written and nothing will close it. Called before a
+    new try of the same task instance starts; the tracking server being away only skips the clean-up."""
+    if "'" in owner:  # not expressible in an MLflow filter; Airflow's owners have none
+        return []
+    try:
+        mlflow = client(settings)
+        experiment = mlflow.get_experiment_by_name(PROFILING_EXPERIMENT)
+        if experiment is None:
+            return []
+        abandoned = [r.info.run_id for r in mlflow.search_runs(
+            [experiment.experiment_id], filter_string=f"tags.`{OWNER_TAG}` = '{owner}' and attributes.status = 'RUNNING'")]
+        for run_id in abandoned:
+            mlflow.set_tag(run_id, LOGGING_ERROR_TAG, "the try that logged this run ended before closing it; "
+                                                      "a later try of the same task closed it")
+            mlflow.set_terminated(run_id, RunStatus.to_string(RunStatus.FAILED))
+    except Exception as exc:  # noqa: BLE001 (connection errors surface as requests/urllib3 types)
+        log.warning("could not close the runs earlier tries of %s left open at %s: %s", owner, settings.mlflow_tracking_uri, exc)
+        return []
+    if abandoned:
+        log.warning("closed %d profiling run(s) an earlier try of %s left RUNNING: %s", len(abandoned), owner, ", ".join(abandoned))
+    return abandoned
 
 
 def log_profiling_run(settings: Settings, record: ProfilingRecord) -> str:
