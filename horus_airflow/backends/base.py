@@ -34,7 +34,7 @@ class Acquired:
     reservation: Reservation
     state: ClusterState
     conflicts: int
-    seconds: float = 0.0  # from the first snapshot to the booking, waiting for a GPU included
+    seconds: float  # from the first snapshot to the booking, waiting for a GPU included
 
 
 def acquire(

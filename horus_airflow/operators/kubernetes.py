@@ -157,7 +157,7 @@ class HorusKubernetesPodOperator(KubernetesPodOperator):
 
     def _place(self, pod: k8s.V1Pod, spec: JobSpec, context: Context) -> k8s.V1Pod:
         ti = context["ti"]
-        self._owner = task_owner(context["ti"])
+        self._owner = task_owner(ti)
         backend, settings = self._backend, self._settings
         first = backend.snapshot()
         if not first.gpus:

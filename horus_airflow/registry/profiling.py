@@ -27,6 +27,7 @@ from horus_airflow.jobs import JobSpec
 from horus_airflow.placement import Decision, GpuState
 from horus_airflow.predictor.demand import GpuDemand
 from horus_airflow.registry.store import client, experiment_id
+from horus_airflow.registry.versions import quick_http
 from horus_airflow.settings import Settings
 from horus_airflow.telemetry import RunSummary, nvml, samples_frame
 from horus_airflow.telemetry.dcgm import ImportedJob
@@ -66,13 +67,15 @@ class ProfilingRecord:
 
 def profiling_runs(settings: Settings, airflow_run_id: str) -> list[Run]:
     """The profiling runs an Airflow DAG run logged (none if nothing was ever logged)."""
+    return _search(settings, f"tags.`airflow.run_id` = '{airflow_run_id}'")
+
+
+def _search(settings: Settings, filter_string: str) -> list[Run]:
     mlflow = client(settings)
     experiment = mlflow.get_experiment_by_name(PROFILING_EXPERIMENT)
     if experiment is None:
         return []
-    return list(
-        mlflow.search_runs([experiment.experiment_id], filter_string=f"tags.`airflow.run_id` = '{airflow_run_id}'")
-    )
+    return list(mlflow.search_runs([experiment.experiment_id], filter_string=filter_string))
 
 
 def close_abandoned_runs(settings: Settings, owner: str) -> list[str]:
@@ -81,13 +84,10 @@ def close_abandoned_runs(settings: Settings, owner: str) -> list[str]:
     new try of the same task instance starts; the tracking server being away only skips the clean-up."""
     if "'" in owner:  # not expressible in an MLflow filter; Airflow's owners have none
         return []
+    mlflow = client(settings)
     try:
-        mlflow = client(settings)
-        experiment = mlflow.get_experiment_by_name(PROFILING_EXPERIMENT)
-        if experiment is None:
-            return []
-        abandoned = [r.info.run_id for r in mlflow.search_runs(
-            [experiment.experiment_id], filter_string=f"tags.`{OWNER_TAG}` = '{owner}' and attributes.status = 'RUNNING'")]
+        with quick_http():  # a tracking server that is away must not hold the task for a minute of retries
+            abandoned = [r.info.run_id for r in _search(settings, f"tags.`{OWNER_TAG}` = '{owner}' and attributes.status = 'RUNNING'")]
         for run_id in abandoned:
             mlflow.set_tag(run_id, LOGGING_ERROR_TAG, "the try that logged this run ended before closing it; "
                                                       "a later try of the same task closed it")

@@ -289,34 +289,39 @@ def _triggerable(stack: LocalStack, dag_id: str) -> bool:
     return not dag["is_stale"] and not dag["has_import_errors"]
 
 
+def _stat(process: Path) -> list[str]:
+    """``/proc/PID/stat`` after the command name: state, parent pid, process group, ..."""
+    return (process / "stat").read_text().rsplit(")", 1)[1].split()
+
+
 def processes_running(*argv_parts: str) -> dict[int, list[str]]:
     """Live processes whose command line holds every one of ``argv_parts``, by pid."""
     found = {}
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+    for process in Path("/proc").glob("[0-9]*"):
         try:
-            argv = cmdline.read_bytes().decode(errors="replace").split("\0")
-            state = (cmdline.parent / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
+            argv = (process / "cmdline").read_bytes().decode(errors="replace").split("\0")
+            state = _stat(process)[0]
+        except (OSError, IndexError):
             continue
         if state != "Z" and all(part in argv for part in argv_parts):
-            found[int(cmdline.parent.name)] = argv
+            found[int(process.name)] = argv
     return found
 
 
 def parent_of(pid: int) -> int:
-    return int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    return int(_stat(Path("/proc") / str(pid))[1])
 
 
 def alive_in_group(pgid: int) -> list[int]:
     """Processes of a process group that still run (zombies waiting for a parent to reap them do not)."""
     alive = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    for process in Path("/proc").glob("[0-9]*"):
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
+            fields = _stat(process)
         except (OSError, IndexError):
             continue
         if fields[0] != "Z" and int(fields[2]) == pgid:
-            alive.append(int(stat.parent.name))
+            alive.append(int(process.name))
     return alive
 
 

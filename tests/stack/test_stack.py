@@ -21,10 +21,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from mlflow.entities import Run
 
 from horus_airflow.backends.ledger import LedgerReader
 from horus_airflow.placement import load_profile
-from horus_airflow.registry.profiling import LOGGING_ERROR_TAG
+from horus_airflow.registry.profiling import LOGGING_ERROR_TAG, profiling_runs
+from horus_airflow.settings import Settings
 from horus_airflow.telemetry import RunSummary
 from tests.stack.local_stack import (
     DATABASES,
@@ -58,6 +60,11 @@ def stack() -> Iterator[LocalStack]:
         running.stop()
         for name, pid in pids.items():  # every process it started is gone, its group too
             assert alive_in_group(pid) == [], name
+
+
+def runs_of(stack: LocalStack, airflow_run_id: str) -> list[Run]:
+    """The profiling runs a DAG run logged to the stack's MLflow server."""
+    return profiling_runs(Settings.from_env(stack.env()), airflow_run_id)
 
 
 def mlflow_client(stack: LocalStack):  # type: ignore[no-untyped-def]
@@ -115,8 +122,7 @@ def test_the_example_dag_runs_on_postgres_and_logs_to_the_mlflow_server(stack: L
     states = stack.task_states("horus_training_example", run["dag_run_id"])
     assert run["state"] == "success", (states, stack.log_tail("airflow"))
     client = mlflow_client(stack)
-    experiment = client.get_experiment_by_name("horus-profiling")
-    runs = client.search_runs([experiment.experiment_id], f"tags.`airflow.run_id` = '{run['dag_run_id']}'")
+    runs = runs_of(stack, run["dag_run_id"])
     assert {r.data.tags["airflow.task_id"] for r in runs} == {s.split("[")[0] for s in states}
     for profiling in runs:
         assert profiling.info.status == "FINISHED" and profiling.data.tags["horus.reservation_id"]
@@ -129,9 +135,7 @@ def test_the_profiling_dag_logs_jobs_alone_and_in_pairs_to_the_mlflow_server(sta
     conf = {"workloads": ["mlp:16@mnist"], "pairs": ["mlp:16@mnist+mlp:32@mnist"], "steps": 3}
     run = stack.trigger("horus_profile_models", conf, timeout_s=600)
     assert run["state"] == "success", (stack.task_states("horus_profile_models", run["dag_run_id"]), stack.log_tail("airflow"))
-    client = mlflow_client(stack)
-    experiment = client.get_experiment_by_name("horus-profiling")
-    runs = client.search_runs([experiment.experiment_id], f"tags.`airflow.run_id` = '{run['dag_run_id']}'")
+    runs = runs_of(stack, run["dag_run_id"])
     alone = [r for r in runs if "horus.pair_id" not in r.data.tags]
     paired = [r for r in runs if "horus.pair_id" in r.data.tags]
     assert len(alone) == 1 and len(paired) == 2 and len({r.data.tags["horus.pair_id"] for r in paired}) == 1
@@ -171,9 +175,7 @@ def test_fifty_tasks_at_once_never_over_commit_and_leave_nothing_behind(stack: L
             assert residents <= limit and memory <= 81920
             peak = max(peak, residents)
     assert peak > 1  # the tasks really ran at the same time and shared GPUs
-    client = mlflow_client(stack)
-    experiment = client.get_experiment_by_name("horus-profiling")
-    runs = client.search_runs([experiment.experiment_id], f"tags.`airflow.run_id` = '{run['dag_run_id']}'", max_results=100)
+    runs = runs_of(stack, run["dag_run_id"])
     assert len(runs) == 50 and {r.data.tags["horus.reservation_id"] for r in runs} == {e.reservation_id for e in entries}
     outcomes = []
     quoted = urllib.parse.quote(run["dag_run_id"], safe="")
@@ -246,8 +248,7 @@ def test_a_task_starting_while_mlflow_is_down_predicts_with_the_cached_champion(
     stack.restart("mlflow")
     final = stack.trigger_wait("horus_stack_mlflow_down", run_id, timeout_s=300)
     assert final["state"] == "success", (stack.task_states("horus_stack_mlflow_down", run_id), stack.log_tail("airflow"))
-    client = mlflow_client(stack)
-    logged = client.search_runs([client.get_experiment_by_name("horus-profiling").experiment_id], f"tags.`airflow.run_id` = '{run_id}'")
+    logged = runs_of(stack, run_id)
     assert [(r.info.status, r.data.tags["horus.predictor"]) for r in logged] == [("FINISHED", f"horus-gpu-utilization/{cached}")]
     assert LedgerReader(stack.horus_home / "ledger.sqlite").live(now=9e12) == []
     print(f"\nmlflow down when the task predicted: placed with the cached horus-gpu-utilization/{cached}, "
@@ -285,8 +286,7 @@ def test_a_worker_killed_under_its_job_is_retried_and_its_gpu_comes_back(stack: 
     assert retry.status(now=9e12) == "released" and ledger.live(now=9e12) == []
     killed = RunSummary.read(stack.horus_home / "runs" / dead.job_id)  # the dead try's telemetry is kept on disk
     assert killed is not None and killed.exit_code == 128 + signal.SIGTERM and killed.samples > 0
-    client = mlflow_client(stack)
-    logged = client.search_runs([client.get_experiment_by_name("horus-profiling").experiment_id], f"tags.`airflow.run_id` = '{run_id}'")
+    logged = runs_of(stack, run_id)
     assert [(r.info.status, r.data.tags["airflow.try_number"]) for r in logged] == [("FINISHED", "2")]
     print(f"\nworker killed under its job: try 2 placed {retry.created_at - dead.created_at:.0f} s after try 1, on "
           f"{retry.bookings[0].gpu_id}, after releasing try 1's booking; try 1's {killed.samples} samples kept on disk")
@@ -317,7 +317,7 @@ def test_a_full_artifact_disk_fails_the_logging_and_the_retry_logs_everything(st
     filler.unlink()
     final = stack.trigger_wait("horus_stack_disk_full", run_id, timeout_s=600)
     assert final["state"] == "success", (stack.task_states("horus_stack_disk_full", run_id), stack.log_tail("airflow"))
-    logged = client.search_runs([experiment.experiment_id], f"tags.`airflow.run_id` = '{run_id}'")
+    logged = runs_of(stack, run_id)
     refused = [r for r in logged if r.info.status == "FAILED"]
     [complete] = [r for r in logged if r.info.status == "FINISHED"]
     assert refused and all(r.data.tags.get(LOGGING_ERROR_TAG) and r.data.metrics["duration_s"] > 0 for r in refused)
