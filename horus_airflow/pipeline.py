@@ -22,7 +22,6 @@ from horus_airflow.predictor import Demand, GpuDemand
 from horus_airflow.registry import (
     OWNER_TAG,
     ProfilingRecord,
-    close_abandoned_runs,
     load_interference,
     load_predictor,
     log_profiling_run,
@@ -113,7 +112,7 @@ def run_job(
     backend = LocalBackend(settings)
     job = _prepare(spec, backend, settings)
     interference, interference_label = load_interference(settings)
-    _clear_dead_tries(backend, settings, owner)
+    _clear_dead_tries(backend, owner)
     acquired = acquire(backend, job.demand, profile, owner, placement_timeout_s, interference)
     log.info("placed %s: %s", job.job_id, acquired.decision.reason)
     [outcome] = _run_together([job], backend, acquired, settings,
@@ -143,7 +142,7 @@ def profile_pair(
         for t in jobs[0].demand.per_type
     }
     demand = Demand(f"pair-{pair_id}", 1, combined, predictor=jobs[0].demand.predictor)
-    _clear_dead_tries(backend, settings, owner)
+    _clear_dead_tries(backend, owner)
     acquired = acquire(backend, demand, load_profile("exclusive"), owner, placement_timeout_s)
     log.info("pair %s placed: %s", pair_id, acquired.decision.reason)
     first_outcome, second_outcome = _run_together(jobs, backend, acquired, settings,
@@ -151,11 +150,11 @@ def profile_pair(
     return first_outcome, second_outcome
 
 
-def _clear_dead_tries(backend: LocalBackend, settings: Settings, owner: str) -> None:
-    """What a dead try of this task instance left: its GPU booking, and a profiling run it was killed
-    while logging (Airflow runs one try at a time, so nothing of the owner's is still alive)."""
+def _clear_dead_tries(backend: LocalBackend, owner: str) -> None:
+    """Release the GPU booking a dead try of this task instance left (Airflow runs one try at a time, so
+    nothing of the owner's is still alive). A profiling run it was killed while logging is closed before
+    this try logs its own (:func:`log_profiling_run`)."""
     backend.release_owner(owner)
-    close_abandoned_runs(settings, owner)
 
 
 def _run_together(

@@ -37,12 +37,35 @@ def test_unknown_gpu_type_lists_accepted_names() -> None:
 
 @pytest.mark.parametrize(
     ("nvml_name", "memory", "expected"),
-    [("NVIDIA A100-SXM4-80GB", 81920, "a100-80gb"), ("NVIDIA A100-PCIE-40GB", 40960, "a100-40gb"),
-     ("NVIDIA H200", 143771, "h200"), ("Tesla V100-SXM2-16GB", 16160, "v100"), ("NVIDIA L40S", 46068, "l40s"),
-     ("NVIDIA L4", 23034, "l4"), ("NVIDIA A10", 23028, "a10"), ("Quadro P2000", 5000, None)],
+    [("Tesla K80", 11441, "k80"),
+     ("Tesla P100-PCIE-16GB", 16280, "p100"), ("Tesla P100-SXM2-16GB", 16280, "p100"),
+     ("Tesla P100-PCIE-12GB", 12198, "p100-12gb"),
+     ("Tesla V100-SXM2-16GB", 16160, "v100"), ("Tesla V100-PCIE-16GB", 16160, "v100"),
+     ("Tesla V100-SXM2-32GB", 32510, "v100-32gb"), ("Tesla V100-PCIE-32GB", 32510, "v100-32gb"),
+     ("Tesla V100S-PCIE-32GB", 32510, "v100-32gb"), ("Tesla V100-SXM2", 32510, "v100-32gb"),
+     ("Tesla T4", 15360, "t4"), ("NVIDIA T4", 15360, "t4"), ("NVIDIA A10", 23028, "a10"),
+     ("NVIDIA A100-SXM4-40GB", 40960, "a100-40gb"), ("NVIDIA A100-PCIE-40GB", 40960, "a100-40gb"),
+     ("NVIDIA A100-SXM4-80GB", 81920, "a100-80gb"), ("NVIDIA A100 80GB PCIe", 81920, "a100-80gb"),
+     ("NVIDIA A100-SXM4-80GB", 0, "a100-80gb"), ("NVIDIA A100-SXM4", 81920, "a100-80gb"),
+     ("NVIDIA H100 80GB HBM3", 81559, "h100"), ("NVIDIA H100 PCIe", 81559, "h100-pcie"),
+     ("NVIDIA H100 NVL", 95830, "h100-nvl"), ("NVIDIA H200", 143771, "h200"), ("NVIDIA H200 NVL", 143771, "h200"),
+     ("NVIDIA L4", 23034, "l4"), ("NVIDIA L40", 46068, "l40"), ("NVIDIA L40S", 46068, "l40s"),
+     ("NVIDIA GeForce RTX 2080 Ti", 11264, "rtx2080ti"), ("NVIDIA GeForce RTX 3090", 24576, "rtx3090"),
+     ("NVIDIA GeForce RTX 4090", 24564, "rtx4090"),
+     # GPU feature discovery's labels on Kubernetes nodes: dashes for spaces, -SHARED when time-sliced
+     ("NVIDIA-L40", 46068, "l40"), ("Tesla-V100-SXM2-32GB", 32510, "v100-32gb"), ("NVIDIA-H100-NVL-SHARED", 95830, "h100-nvl"),
+     # not in the table: never a near miss
+     ("Quadro P2000", 5000, None), ("NVIDIA A10G", 23028, None), ("NVIDIA L4000", 20000, None),
+     ("NVIDIA GeForce RTX 3090 Ti", 24564, None)],
 )
 def test_nvml_names_map_to_the_spec_table(nvml_name: str, memory: int, expected: str | None) -> None:
     assert gpu_type_from_nvml(nvml_name, memory) == expected
+
+
+def test_every_gpu_type_is_reachable_from_an_nvml_name() -> None:
+    from horus_airflow.features.gpus import _NVML_PRODUCTS
+
+    assert {key for keys in _NVML_PRODUCTS.values() for key in keys} == set(GPU_SPECS)
 
 
 def test_depthwise_convolution_flops_match_a_hand_count() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from horus_airflow.errors import HorusError, InvalidDemandError
+from horus_airflow.errors import HorusError, InvalidDemandError, InventoryError
 from horus_airflow.interference import LearnedInterference, SummedUtilization
 from horus_airflow.interference.pairs import read_pairs
 from horus_airflow.placement import (
@@ -218,8 +218,33 @@ def load_profile_with_queue(policy: str):  # type: ignore[no-untyped-def]
 def test_cluster_state_json_round_trips_and_bad_input_is_named() -> None:
     state = ClusterState((gpu(0, Resident("a", 10, 11, 1000, (1.0, 2.0)), rack="r1"),), version=7)
     assert ClusterState.from_dict(json.loads(json.dumps(state.to_dict()))) == state
-    with pytest.raises(HorusError, match="malformed cluster state .*expected"):
-        ClusterState.from_dict({"gpus": [{"node": "n"}]})
+
+
+_GOOD_GPU = {"gpu_id": "n/0", "node": "n", "gpu_type": "a100-80gb", "memory_mib": 81920}
+
+
+@pytest.mark.parametrize(("raw", "problem"), [
+    ({"gpus": [{"node": "n"}]}, r"gpus\[0\]: missing key 'gpu_id'"),
+    ([], "expected an object with a non-empty \"gpus\" list"),
+    ({"gpus": []}, "non-empty \"gpus\" list"),
+    ({"gpus": [_GOOD_GPU, {**_GOOD_GPU, "index": 1}]}, "gpu_id 'n/0' appears more than once"),
+    ({"gpus": [{**_GOOD_GPU, "memory_mib": float("nan")}]}, "memory_mib must be a finite number, got nan"),
+    ({"gpus": [{**_GOOD_GPU, "memory_mib": -5}]}, "memory_mib must be > 0, got -5"),
+    ({"gpus": [{**_GOOD_GPU, "memory_mib": "80GB"}]}, "memory_mib must be a finite number, got '80GB'"),
+    ({"gpus": [{**_GOOD_GPU, "healthy": "false"}]}, "healthy must be true or false, got 'false'"),
+    ({"gpus": [{**_GOOD_GPU, "index": -1}]}, "index must be a whole number >= 0"),
+    ({"gpus": [{**_GOOD_GPU, "residents": [{"job_id": "a", "util": -20, "mem_mib": 10}]}]},
+     r"gpus\[0\].residents\[0\]: util must be >= 0 and <= 100, got -20"),
+    ({"gpus": [{**_GOOD_GPU, "residents": [{"job_id": "a", "util": 20, "mem_mib": -1}]}]}, "mem_mib must be >= 0, got -1"),
+    ({"gpus": [{**_GOOD_GPU, "residents": [{"job_id": "a", "util": 20, "util_p90": 1e308 * 10, "mem_mib": 1}]}]},
+     "util_p90 must be a finite number"),
+    ({"gpus": [{**_GOOD_GPU, "residents": "a"}]}, "residents must be a list"),
+    ({"gpus": [_GOOD_GPU], "version": [1]}, "version \\[1\\]; expected an integer or a string"),
+])
+def test_a_cluster_state_that_would_mislead_the_placer_is_refused_with_its_entry(raw: object, problem: str) -> None:
+    with pytest.raises(InventoryError, match=problem) as refused:
+        ClusterState.from_dict(raw)  # type: ignore[arg-type]
+    assert "\n" not in str(refused.value) and "expected" in str(refused.value)
 
 
 def test_the_kept_explanation_counts_rejected_gpus_by_their_first_failing_filter() -> None:

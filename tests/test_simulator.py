@@ -92,10 +92,10 @@ def test_readers_count_what_they_skip_and_name_missing_columns(tmp_path: Path, i
     native = tmp_path / "jobs.csv"
     native.write_text("job_id,arrival_s,gpus,duration_s,model,batch_size,dataset\n"
                       "a,0,1,100,resnet18,32,cifar10\nb,5,1,-3,resnet18,32,cifar10\nc,5,0,10,resnet18,32,\n"
-                      "d,7,1,10,resnet19,32,\ne,8,2,50,bert_base,8,squad\n")
+                      "d,7,1,10,resnet19,32,\ne,8,2,50,bert_base,8,squad\nf,9,1,10,resnet18,-4,cifar10\n")
     trace = read_trace(native, "native", "v100")
     assert [j.job_id for j in trace.jobs] == ["a", "e"]
-    assert trace.skipped == {"non-positive duration": 1, "fewer than 1 GPU": 1, "unknown model": 1}
+    assert trace.skipped == {"non-positive duration": 1, "fewer than 1 GPU": 1, "unknown model": 1, "batch size below 1": 1}
     muri = tmp_path / "muri.csv"
     muri.write_text("job_id,num_gpu,submit_time,iterations,model_name,batch_size,duration,interval\n"
                     "0,1,2000,10,vgg16,16,3000000,0\n1,4,0,10,gpt2,4,60000,0\n")
@@ -107,8 +107,8 @@ def test_readers_count_what_they_skip_and_name_missing_columns(tmp_path: Path, i
         read_trace(native, "native", "v100")
     with pytest.raises(TraceError, match="unknown trace format 'philly'; accepted: muri, gavel, tiresias, native"):
         read_trace(native, "philly", "v100")
-    unmeasured = read_trace(gavel_trace(tmp_path / "g.trace", [(RESNET18, 10, 0, 16)]), "gavel", "v100", isolated)
-    assert unmeasured.jobs == () and unmeasured.skipped == {"no measured throughput for 16 GPUs": 1}
+    with pytest.raises(TraceError, match=r"no job of .*g.trace' can be used as a gavel trace \(1 no measured throughput for 16 GPUs\)"):
+        read_trace(gavel_trace(tmp_path / "g.trace", [(RESNET18, 10, 0, 16)]), "gavel", "v100", isolated)
 
 
 def test_jobs_that_can_never_be_placed_are_counted_not_left_waiting(tmp_path: Path, isolated: pd.DataFrame, models) -> None:  # type: ignore[no-untyped-def]

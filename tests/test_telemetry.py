@@ -291,3 +291,55 @@ def test_a_profiling_run_whose_artifacts_are_refused_is_failed_with_its_reason(
     [logged] = all_profiling_runs(Settings.from_env())
     assert logged.info.status == "FAILED" and "No space left on device" in logged.data.tags[LOGGING_ERROR_TAG]
     assert logged.data.metrics["duration_s"] == 10.0 and logged.data.metrics["samples"] == 50  # what was acknowledged is kept
+
+
+def test_a_retry_closes_its_killed_trys_run_before_logging_its_own(
+    horus_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A try killed while logging left its run RUNNING. The next try of the same task instance closes it
+    FAILED, with the reason, before it logs its own; while the tracking server cannot be searched it logs
+    nothing at all (the task fails and is retried) rather than leave the half-written run behind."""
+    from mlflow.tracking import MlflowClient
+
+    from horus_airflow.errors import ProfilingLogError
+    from horus_airflow.features.gpus import gpu_spec
+    from horus_airflow.placement import GpuState
+    from horus_airflow.registry.profiling import (
+        LOGGING_ERROR_TAG,
+        OWNER_TAG,
+        PROFILING_EXPERIMENT,
+        ProfilingRecord,
+        log_profiling_run,
+    )
+    from horus_airflow.registry.retraining import all_profiling_runs
+    from horus_airflow.registry.store import client, experiment_id
+    from horus_airflow.settings import Settings
+
+    settings = Settings.from_env()
+    mlflow = client(settings)
+    owner = "dag/train/manual__1/-1"
+    killed = mlflow.create_run(experiment_id(mlflow, settings, PROFILING_EXPERIMENT), tags={OWNER_TAG: owner}).info.run_id
+    other = mlflow.create_run(experiment_id(mlflow, settings, PROFILING_EXPERIMENT),
+                              tags={OWNER_TAG: "dag/train/manual__2/-1"}).info.run_id  # another task instance, still logging
+    run_dir = tmp_path / "job"
+    run_dir.mkdir()
+    gpu = GpuState("n/0", "n", 0, "a100-80gb", gpu_spec("a100-80gb").memory_mib)
+    record = ProfilingRecord(None, None, None, "prior", None, (gpu,), RunSummary(0, 10.0, 50, False, 90.0, 500.0), run_dir,
+                             {OWNER_TAG: owner}, co_residents=())
+
+    real_search = MlflowClient.search_runs
+
+    def unreachable(*_args: object, **_kwargs: object) -> None:
+        raise ConnectionError("tracking server unreachable")
+
+    monkeypatch.setattr(MlflowClient, "search_runs", unreachable)
+    with pytest.raises(ProfilingLogError, match=f"earlier try of {owner} left RUNNING could not be closed"):
+        log_profiling_run(settings, record)
+    assert len(all_profiling_runs(settings)) == 2  # nothing new was written
+    monkeypatch.setattr(MlflowClient, "search_runs", real_search)
+
+    logged = log_profiling_run(settings, record)
+    runs = {r.info.run_id: r for r in all_profiling_runs(settings)}
+    assert runs[killed].info.status == "FAILED" and "a later try of the same task closed it" in runs[killed].data.tags[LOGGING_ERROR_TAG]
+    assert runs[logged].info.status == "FINISHED"
+    assert runs[other].info.status == "RUNNING"  # not this owner's: left alone

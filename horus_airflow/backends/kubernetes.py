@@ -198,7 +198,7 @@ def node_gpus(node: Mapping[str, Any]) -> list[GpuState]:
     except ValueError:
         log.warning("node %s has GPU labels that are not numbers; left out", name)
         return []
-    gpu_type = gpu_type_from_nvml(product.replace("-", " "), int(memory_mib))
+    gpu_type = gpu_type_from_nvml(product, memory_mib)
     if gpu_type is None:
         log.warning("node %s: GPU %r is not in the spec table; left out of placement", name, product)
         return []

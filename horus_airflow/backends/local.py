@@ -34,7 +34,8 @@ from horus_airflow.telemetry.wrapper import UNKNOWN_EXIT
 log = logging.getLogger(__name__)
 
 NODE = "local"
-_INVENTORY_ITEM = re.compile(r"^\s*(?:(\d+)\s*[x*]\s*)?([a-z0-9-]+)\s*$", re.IGNORECASE)
+_INVENTORY_ITEM = re.compile(r"^\s*(?:([+-]?\d+)\s*[x*]\s*)?([a-z][a-z0-9-]*)\s*$", re.IGNORECASE)
+MAX_DECLARED_GPUS = 64  # one machine: the largest single servers hold 16 GPUs; more is a typo, not a machine
 
 
 def parse_inventory(text: str) -> list[GpuState]:
@@ -48,6 +49,9 @@ def parse_inventory(text: str) -> list[GpuState]:
         count = int(match.group(1) or 1)
         if count < 1:
             raise InventoryError(f"HORUS_LOCAL_GPUS={text!r}: count must be at least 1 in {item!r}; {accepted}")
+        if len(gpus) + count > MAX_DECLARED_GPUS:
+            raise InventoryError(f"HORUS_LOCAL_GPUS={text!r} declares more than {MAX_DECLARED_GPUS} GPUs on this one "
+                                 f"machine; {accepted}")
         try:
             spec = gpu_spec(match.group(2))
         except InventoryError as exc:

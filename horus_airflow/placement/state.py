@@ -5,6 +5,7 @@ The cluster-state JSON format (``horus place --state``, docs/PLACEMENT.md) is :m
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -150,27 +151,86 @@ class ClusterState:
         }
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> ClusterState:
-        """Read the documented JSON form; a malformed entry is named with what is expected."""
-        try:
-            gpus = tuple(
-                GpuState(
-                    gpu_id=str(g["gpu_id"]), node=str(g["node"]), index=int(g.get("index", 0)),
-                    gpu_type=str(g["gpu_type"]), memory_mib=float(g["memory_mib"]), healthy=bool(g.get("healthy", True)),
-                    rack=str(g.get("rack", "")),
-                    residents=tuple(
-                        Resident(str(r["job_id"]), float(r["util"]), float(r.get("util_p90", r["util"])), float(r["mem_mib"]),
-                                 tuple(float(x) for x in r.get("signature", ())))
-                        for r in g.get("residents", ())
-                    ),
-                )
-                for g in raw["gpus"]
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise InventoryError(
-                f"malformed cluster state ({type(exc).__name__}: {exc}); expected {{\"gpus\": [{{\"gpu_id\", \"node\", "
-                "\"gpu_type\", \"memory_mib\", optional \"index\", \"rack\", \"healthy\", \"residents\": [{\"job_id\", "
-                "\"util\", \"util_p90\", \"mem_mib\"}]}]}"
-            ) from exc
+    def from_dict(cls, raw: Any) -> ClusterState:
+        """Read the documented JSON form. Anything a placer could turn into nonsense is refused, naming the
+        entry and what is accepted: duplicate GPU ids, memory that is not a positive number, a resident's
+        demand outside 0-100 % or below 0 MiB, ``healthy`` that is not true/false."""
+        if not isinstance(raw, dict) or not isinstance(raw.get("gpus"), list) or not raw["gpus"]:
+            raise InventoryError(f"malformed cluster state: expected an object with a non-empty \"gpus\" list; {_STATE_SHAPE}")
+        gpus = tuple(_read_gpu(g, n) for n, g in enumerate(raw["gpus"]))
+        seen: set[str] = set()
+        for gpu in gpus:
+            if gpu.gpu_id in seen:
+                raise InventoryError(f"malformed cluster state: gpu_id {gpu.gpu_id!r} appears more than once; expected one entry per GPU, each with its own id")
+            seen.add(gpu.gpu_id)
         version = raw.get("version", 0)
-        return cls(gpus, version if isinstance(version, str) else int(version))
+        if isinstance(version, bool) or not isinstance(version, (int, str)):
+            raise InventoryError(f"malformed cluster state: version {version!r}; expected an integer or a string")
+        return cls(gpus, version)
+
+
+_STATE_SHAPE = ('expected {"gpus": [{"gpu_id", "node", "gpu_type", "memory_mib", optional "index", "rack", "healthy", '
+                '"residents": [{"job_id", "util", "util_p90", "mem_mib", optional "signature"}]}]}')
+
+
+def _read_gpu(raw: Any, position: int) -> GpuState:
+    where = f"gpus[{position}]"
+    if not isinstance(raw, dict):
+        raise InventoryError(f"malformed cluster state: {where} is {type(raw).__name__}; {_STATE_SHAPE}")
+    try:
+        residents = raw.get("residents", [])
+        if not isinstance(residents, list):
+            raise TypeError(f"residents must be a list, got {type(residents).__name__}")
+        healthy = raw.get("healthy", True)
+        if not isinstance(healthy, bool):
+            raise ValueError(f"healthy must be true or false, got {healthy!r}")
+        index = raw.get("index", position)
+        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+            raise ValueError(f"index must be a whole number >= 0, got {index!r}")
+        return GpuState(
+            gpu_id=_text(raw, "gpu_id"), node=_text(raw, "node"), index=index, gpu_type=_text(raw, "gpu_type"),
+            memory_mib=_number(raw, "memory_mib", low=0.0, strict_low=True), healthy=healthy, rack=str(raw.get("rack", "")),
+            residents=tuple(_read_resident(r, f"{where}.residents[{i}]") for i, r in enumerate(residents)),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        problem = f"missing key {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise InventoryError(f"malformed cluster state: {where}: {problem}; {_STATE_SHAPE}") from None
+
+
+def _read_resident(raw: Any, where: str) -> Resident:
+    if not isinstance(raw, dict):
+        raise TypeError(f"{where} is {type(raw).__name__}, expected an object")
+    try:
+        util = _number(raw, "util", low=0.0, high=100.0)
+        signature = raw.get("signature", [])
+        if not isinstance(signature, list):
+            raise TypeError(f"signature must be a list of numbers, got {type(signature).__name__}")
+        return Resident(_text(raw, "job_id"), util, _number(raw, "util_p90", low=0.0, high=100.0, default=util),
+                        _number(raw, "mem_mib", low=0.0), tuple(_finite(x, "signature") for x in signature))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{where}: {exc}") from None
+    except KeyError as exc:
+        raise ValueError(f"{where}: missing key {exc}") from None
+
+
+def _text(raw: dict[str, Any], key: str) -> str:
+    value = raw[key]
+    if not isinstance(value, (str, int)) or isinstance(value, bool) or not str(value).strip():
+        raise ValueError(f"{key} must be a non-empty string, got {value!r}")
+    return str(value)
+
+
+def _number(raw: dict[str, Any], key: str, low: float, high: float = math.inf, strict_low: bool = False,
+            default: float | None = None) -> float:
+    value = raw.get(key, default) if default is not None else raw[key]
+    number = _finite(value, key)
+    if number < low or (strict_low and number == low) or number > high:
+        bounds = f"{'>' if strict_low else '>='} {low:g}" + (f" and <= {high:g}" if high != math.inf else "")
+        raise ValueError(f"{key} must be {bounds}, got {value!r}")
+    return number
+
+
+def _finite(value: Any, key: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{key} must be a finite number, got {value!r}")
+    return float(value)

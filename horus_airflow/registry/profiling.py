@@ -27,7 +27,6 @@ from horus_airflow.jobs import JobSpec
 from horus_airflow.placement import Decision, GpuState
 from horus_airflow.predictor.demand import GpuDemand
 from horus_airflow.registry.store import client, experiment_id
-from horus_airflow.registry.versions import quick_http
 from horus_airflow.settings import Settings
 from horus_airflow.telemetry import RunSummary, nvml, samples_frame
 from horus_airflow.telemetry.dcgm import ImportedJob
@@ -80,27 +79,34 @@ def _search(settings: Settings, filter_string: str) -> list[Run]:
 
 def close_abandoned_runs(settings: Settings, owner: str) -> list[str]:
     """Mark FAILED, with the reason, the profiling runs an earlier try of ``owner`` left RUNNING: that try
-    was killed while it logged, so the run is half-written and nothing will close it. Called before a
-    new try of the same task instance starts; the tracking server being away only skips the clean-up."""
+    was killed while it logged, so the run is half-written and nothing else would close it. Airflow runs
+    one try of a task instance at a time, so no run of ``owner`` is being written now. The tracking
+    server gets the client's full retries; if it still cannot be reached, :class:`ProfilingLogError`."""
     if "'" in owner:  # not expressible in an MLflow filter; Airflow's owners have none
-        return []
+        raise ProfilingLogError(f"owner {owner!r} cannot be searched for in MLflow: it holds a quote")
     mlflow = client(settings)
     try:
-        with quick_http():  # a tracking server that is away must not hold the task for a minute of retries
-            abandoned = [r.info.run_id for r in _search(settings, f"tags.`{OWNER_TAG}` = '{owner}' and attributes.status = 'RUNNING'")]
+        abandoned = [r.info.run_id for r in _search(settings, f"tags.`{OWNER_TAG}` = '{owner}' and attributes.status = 'RUNNING'")]
         for run_id in abandoned:
             mlflow.set_tag(run_id, LOGGING_ERROR_TAG, "the try that logged this run ended before closing it; "
                                                       "a later try of the same task closed it")
             mlflow.set_terminated(run_id, RunStatus.to_string(RunStatus.FAILED))
     except Exception as exc:  # noqa: BLE001 (connection errors surface as requests/urllib3 types)
-        log.warning("could not close the runs earlier tries of %s left open at %s: %s", owner, settings.mlflow_tracking_uri, exc)
-        return []
+        raise ProfilingLogError(
+            f"the profiling runs an earlier try of {owner} left RUNNING could not be closed at "
+            f"{settings.mlflow_tracking_uri} ({type(exc).__name__}: {str(exc)[:300]}); no new run is logged before they are"
+        ) from exc
     if abandoned:
         log.warning("closed %d profiling run(s) an earlier try of %s left RUNNING: %s", len(abandoned), owner, ", ".join(abandoned))
     return abandoned
 
 
 def log_profiling_run(settings: Settings, record: ProfilingRecord) -> str:
+    """Log ``record`` as one run. A record of a task instance (tag ``horus.owner``) is logged only once the
+    runs its earlier, killed tries left RUNNING are closed, so that no half-written run outlives a retry."""
+    owner = record.context_tags.get(OWNER_TAG)
+    if owner is not None:
+        close_abandoned_runs(settings, owner)
     mlflow = client(settings)
     name = record.run_name or (record.spec.display_name if record.spec else record.run_dir.name)
     run = mlflow.create_run(experiment_id(mlflow, settings, PROFILING_EXPERIMENT), run_name=name, tags=_tags(record))

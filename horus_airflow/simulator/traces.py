@@ -60,7 +60,13 @@ def read_trace(path: Path | str, trace_format: str, gpu_type: str, isolated: pd.
         if isolated is None:
             raise TraceError("a Gavel trace needs the measured isolated throughputs (data/interference_seed/gavel_isolated.csv)")
         return _gavel(path, gpu_type, isolated)
-    frame = pd.read_csv(path)
+    try:
+        frame = pd.read_csv(path)
+    except (UnicodeDecodeError, pd.errors.ParserError) as exc:
+        raise TraceError(f"{trace_format} trace {str(path)!r} is not a CSV text file ({type(exc).__name__}); "
+                         f"expected a header row and comma-separated values (docs/EVALUATION.md)") from None
+    except pd.errors.EmptyDataError:
+        raise TraceError(f"{trace_format} trace {str(path)!r} is empty; expected a header row and one row per job") from None
     columns = {
         "muri": ("job_id", "num_gpu", "submit_time", "model_name", "batch_size", "duration"),
         "tiresias": ("job_id", "num_gpu", "submit_time", "model_name", "duration"),
@@ -81,11 +87,16 @@ def read_trace(path: Path | str, trace_format: str, gpu_type: str, isolated: pd.
                 arrival, gpus = float(values["submit_time"]) / scale, int(values["num_gpu"])
                 duration = float(values["duration"]) / scale
                 batch = int(values["batch_size"]) if "batch_size" in values else None
+                if batch is not None and batch < 1:
+                    raise _BatchBelowOne(batch)
                 workload = trace_workload(str(values["model_name"]), batch)
+        except _BatchBelowOne:
+            skipped["batch size below 1"] += 1
+            continue
         except InvalidJobError:
             skipped["unknown model"] += 1
             continue
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             skipped["unreadable number"] += 1
             continue
         reason = _invalid(arrival, gpus, duration)
@@ -93,7 +104,21 @@ def read_trace(path: Path | str, trace_format: str, gpu_type: str, isolated: pd.
             skipped[reason] += 1
             continue
         jobs.append(SimJob(str(values["job_id"]), arrival, gpus, duration, workload))
-    return Trace(tuple(sorted(jobs, key=lambda j: j.arrival_s)), dict(skipped), str(path))
+    return _usable(Trace(tuple(sorted(jobs, key=lambda j: j.arrival_s)), dict(skipped), str(path)), trace_format)
+
+
+class _BatchBelowOne(ValueError):
+    pass
+
+
+def _usable(trace: Trace, trace_format: str) -> Trace:
+    """A trace of which no row could be used is a mistake (an empty file, the wrong ``--trace-format``),
+    not a simulation of nothing."""
+    if trace.jobs:
+        return trace
+    why = ", ".join(f"{count} {reason}" for reason, count in sorted(trace.skipped.items())) or "it has no rows"
+    raise TraceError(f"no job of {trace.source!r} can be used as a {trace_format} trace ({why}); check --trace-format "
+                     f"(accepted: {', '.join(FORMATS)}) and the file's columns (docs/EVALUATION.md)")
 
 
 def _native_workload(values: dict[str, object]) -> Workload:
@@ -101,8 +126,11 @@ def _native_workload(values: dict[str, object]) -> Workload:
     dataset = None if dataset is None or (isinstance(dataset, float) and math.isnan(dataset)) else str(dataset)
     from horus_airflow.catalog import resolve
 
+    batch = int(values["batch_size"])  # type: ignore[call-overload]
+    if batch < 1:
+        raise _BatchBelowOne(batch)
     resolved = resolve(str(values["model"]), dataset)
-    return Workload(resolved.workload.name, resolved.dataset.name, int(values["batch_size"]), str(values["model"]))
+    return Workload(resolved.workload.name, resolved.dataset.name, batch, str(values["model"]))
 
 
 def _invalid(arrival: float, gpus: int, duration: float) -> str | None:
@@ -120,8 +148,13 @@ def _gavel(path: Path, gpu_type: str, isolated: pd.DataFrame) -> Trace:
     if not rates:
         raise TraceError(f"no measured isolated throughputs for GPU type {gpu_type!r}; measured: "
                          f"{', '.join(sorted(isolated['gpu_type'].unique()))}")
+    try:
+        lines = path.read_text().splitlines()
+    except UnicodeDecodeError:
+        raise TraceError(f"gavel trace {str(path)!r} is not a text file; expected tab-separated lines of job type, "
+                         "command, step flag, data flag, total steps, arrival seconds, GPUs") from None
     jobs, skipped = [], Counter()
-    for number, line in enumerate(path.read_text().splitlines()):
+    for number, line in enumerate(lines):
         fields = line.split("\t")
         if len(fields) != 7:
             skipped["not 7 tab-separated fields"] += 1
@@ -146,4 +179,4 @@ def _gavel(path: Path, gpu_type: str, isolated: pd.DataFrame) -> Trace:
             skipped[reason] += 1
             continue
         jobs.append(SimJob(str(number), arrival_f, gpus_i, duration, workload))
-    return Trace(tuple(sorted(jobs, key=lambda j: j.arrival_s)), dict(skipped), str(path))
+    return _usable(Trace(tuple(sorted(jobs, key=lambda j: j.arrival_s)), dict(skipped), str(path)), "gavel")
