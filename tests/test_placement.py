@@ -147,8 +147,40 @@ def test_profiles_are_data_and_unknown_names_list_the_accepted_ones() -> None:
         parse_profile({"name": "x", "scores": [{"name": "interfrence"}]})
     with pytest.raises(HorusError, match="unknown queue policy 'lifo'; accepted: fifo, lookahead"):
         parse_profile({"name": "x", "queue": {"policy": "lifo"}})
-    with pytest.raises(HorusError, match="filter 'max-residents': .*unexpected keyword argument 'limt'"):
+    with pytest.raises(HorusError, match="filter 'max-residents': unknown argument\\(s\\) limt; accepted: limit"):
         parse_profile({"name": "x", "filters": [{"name": "max-residents", "args": {"limt": 2}}]})
+
+
+@pytest.mark.parametrize(("raw", "problem"), [
+    ({"scores": [{"name": "horus-cost", "weight": -5}]}, "score 'horus-cost': weight must be >= 0, got -5"),
+    ({"scores": [{"name": "horus-cost", "weight": float("nan")}]}, "weight must be a finite number"),
+    ({"filters": [{"name": "memory-fit", "args": {"margin_fraction": 1.5}}]},
+     "filter 'memory-fit': margin_fraction .* must be >= 0 and <= 0.9, got 1.5"),
+    ({"filters": [{"name": "max-residents", "args": {"limit": -1}}]}, "limit must be a whole number >= 1, got -1"),
+    ({"filters": [{"name": "max-residents", "args": {"limit": "3"}}]}, "limit must be a whole number >= 1, got '3'"),
+    ({"filters": [{"name": "gpu-types", "args": {"allowed": ["a100"]}}]}, "unknown GPU type 'a100'"),
+    ({"scores": [{"name": "interference", "args": {"min_speed": 7}}]}, "min_speed .* must be >= 0 and <= 1, got 7"),
+    ({"scores": [{"name": "locality", "args": {"max_nodes": 0}}]}, "max_nodes must be a whole number >= 1"),
+    ({"score_top": 0}, "score_top must be a whole number >= 1, got 0"),
+    ({"queue": {"policy": "lookahead", "k": 0}}, "queue policy 'lookahead': k must be a whole number >= 1, got 0"),
+    ({"queue": {"policy": "credit", "max_wait_s": -3}}, "max_wait_s must be > 0"),
+    ({"queue": "fifo"}, "queue must be a mapping with a policy"),
+    ({"filters": {"name": "memory-fit"}}, "filters must be a list"),
+    ({"filters": [{"name": "memory-fit", "arg": {"margin_fraction": 0.1}}]}, "unknown key\\(s\\) arg; accepted: name, args, weight"),
+    ({"score-top": 5}, "unknown key\\(s\\) score-top; accepted: name, description"),
+    ({"name": ""}, "name must be a non-empty string"),
+])
+def test_a_profile_value_that_would_flip_or_void_a_decision_is_refused(raw: dict[str, object], problem: str) -> None:
+    with pytest.raises(HorusError, match=problem):
+        parse_profile({"name": "x", **raw})
+
+
+def test_every_profile_filters_out_unhealthy_gpus_even_when_it_does_not_say_so() -> None:
+    no_health = parse_profile({"name": "mine", "filters": [{"name": "memory-fit"}], "scores": [{"name": "horus-cost"}]})
+    assert [f.name for f in no_health.filters] == ["node-healthy", "memory-fit"]
+    state = ClusterState((gpu(0, healthy=False), gpu(1, Resident("busy", 90, 95, 70_000))))
+    decision = place(demand(30, 5_000), state, no_health)
+    assert decision.placed and decision.gpu_ids == ("n1/1",)  # the busy GPU, never the cordoned idle one
 
 
 def test_a_users_profile_file_loads(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ import numpy as np
 from horus_airflow.features.gpus import gpu_spec
 from horus_airflow.interference import CoRunner, InterferenceModel
 from horus_airflow.placement.state import ClusterArrays, ClusterState
+from horus_airflow.validation import in_range, whole
 
 Values = Mapping[str, np.ndarray]
 
@@ -84,6 +85,11 @@ class MemoryFit:
     margin_fraction: float = 0.05
     name = "memory-fit"
 
+    def __post_init__(self) -> None:
+        in_range(self.driver_reserved_mib, "driver_reserved_mib", 0.0)
+        in_range(self.context_mib, "context_mib", 0.0)
+        in_range(self.margin_fraction, "margin_fraction (a share of the GPU's memory)", 0.0, 0.9)
+
     def evaluate(self, need: Need, gpus: ClusterArrays) -> FilterResult:
         usable = gpus.memory * (1 - self.margin_fraction) - self.driver_reserved_mib
         needed = gpus.used_mem + need.mem + self.context_mib * (gpus.residents + 1)
@@ -99,6 +105,9 @@ class MaxResidents:
     limit: int = 4
     name = "max-residents"
 
+    def __post_init__(self) -> None:
+        whole(self.limit, "limit", 1)
+
     def evaluate(self, need: Need, gpus: ClusterArrays) -> FilterResult:
         return FilterResult(gpus.residents < self.limit, {"residents": gpus.residents})
 
@@ -111,6 +120,12 @@ class MaxResidents:
 class GpuTypes:
     allowed: tuple[str, ...] = ()
     name = "gpu-types"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.allowed, str):
+            raise ValueError(f"allowed must be a list of GPU types, got the string {self.allowed!r}")
+        for gpu_type in self.allowed:
+            gpu_spec(str(gpu_type))  # an unknown type lists the accepted ones
 
     def evaluate(self, need: Need, gpus: ClusterArrays) -> FilterResult:
         if not self.allowed:
@@ -133,6 +148,10 @@ class HorusCost:
     memory_weight: float = 1.3
     oversubscription_weight: float = 1.6
     name = "horus-cost"
+
+    def __post_init__(self) -> None:
+        in_range(self.memory_weight, "memory_weight", 0.0)
+        in_range(self.oversubscription_weight, "oversubscription_weight", 0.0)
 
     def costs(self, need: Need, gpus: ClusterArrays) -> Values:
         gap = gpus.summed_util + need.util - 100.0
@@ -173,6 +192,10 @@ class Fragmentation:
     node: float = 1.0
     name = "fragmentation"
 
+    def __post_init__(self) -> None:
+        in_range(self.gpu, "gpu", 0.0)
+        in_range(self.node, "node", 0.0)
+
     def costs(self, need: Need, gpus: ClusterArrays) -> Values:
         return {"empty_gpu": self.gpu * (gpus.residents == 0), "idle_node": self.node * (gpus.node_busy == 0)}
 
@@ -186,6 +209,11 @@ class Locality:
     rack: float = 2.0
     max_nodes: int = 1
     name = "locality"
+
+    def __post_init__(self) -> None:
+        in_range(self.node, "node", 0.0)
+        in_range(self.rack, "rack", 0.0)
+        whole(self.max_nodes, "max_nodes", 1)
 
     def costs(self, need: Need, gpus: ClusterArrays) -> Values:
         return {}
@@ -202,6 +230,9 @@ class InterferenceScore:
 
     min_speed: float = 0.0
     name = "interference"
+
+    def __post_init__(self) -> None:
+        in_range(self.min_speed, "min_speed (a share of the job's speed alone)", 0.0, 1.0)
 
     def late(self, need: Need, state: ClusterState, indices: Sequence[int], model: InterferenceModel
              ) -> tuple[np.ndarray, dict[str, np.ndarray]]:

@@ -3,7 +3,7 @@ rather than code paths. Users can write their own file in the same shape (docs/P
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -11,8 +11,17 @@ from typing import Any
 import yaml
 
 from horus_airflow.errors import HorusError
-from horus_airflow.placement.plugins import FILTERS, SCORES, FilterPlugin, InterferenceScore, Locality, ScorePlugin
-from horus_airflow.placement.queue import POLICIES, QueuePolicy, Fifo
+from horus_airflow.placement.plugins import (
+    FILTERS,
+    SCORES,
+    FilterPlugin,
+    InterferenceScore,
+    Locality,
+    NodeHealthy,
+    ScorePlugin,
+)
+from horus_airflow.placement.queue import POLICIES, Fifo, QueuePolicy
+from horus_airflow.validation import in_range, whole
 
 
 @dataclass(frozen=True)
@@ -61,34 +70,74 @@ def load_profile(name_or_path: str) -> Profile:
     return parse_profile(raw)
 
 
+_PROFILE_KEYS = ("name", "description", "filters", "scores", "queue", "score_top")
+_ITEM_KEYS = ("name", "args", "weight")
+
+
 def parse_profile(raw: Any) -> Profile:
+    """A profile from its YAML form. Every profile filters out unhealthy GPUs (``node-healthy`` is added
+    first where a profile does not list it): health is not a preference a profile may leave out."""
     if not isinstance(raw, dict):
         raise HorusError("malformed profile: expected a mapping with name, filters[], scores[], queue{}")
+    unknown = sorted(set(map(str, raw)) - set(_PROFILE_KEYS))
+    if unknown:
+        raise HorusError(f"malformed profile: unknown key(s) {', '.join(unknown)}; accepted: {', '.join(_PROFILE_KEYS)}")
     try:
-        filters = tuple(_build(FILTERS, "filter", item) for item in raw.get("filters", []))
+        filters = [_build(FILTERS, "filter", item) for item in _items(raw, "filters")]
+        if not any(isinstance(f, NodeHealthy) for f in filters):
+            filters.insert(0, NodeHealthy())
         scores, late, locality = [], None, None
-        for item in raw.get("scores", []):
-            plugin, weight = _build(SCORES, "score", item), float(item.get("weight", 1.0))
+        for item in _items(raw, "scores"):
+            plugin = _build(SCORES, "score", item)
+            weight = in_range(item.get("weight", 1.0), f"score {item['name']!r}: weight", 0.0)
             if isinstance(plugin, InterferenceScore):
                 late = (plugin, weight)
             elif isinstance(plugin, Locality):
                 locality = (plugin, weight)
             else:
                 scores.append(WeightedScore(plugin, weight))
-        queue_raw = dict(raw.get("queue") or {"policy": "fifo"})
-        queue = _build(POLICIES, "queue policy", {"name": queue_raw.pop("policy"), "args": queue_raw})
-        return Profile(raw["name"], raw.get("description", ""), filters, tuple(scores), late, locality, queue,
-                       int(raw.get("score_top", 64)))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise HorusError(f"malformed profile: {exc!r}; expected keys name, filters[], scores[], queue{{policy}}") from exc
+        queue_raw = raw.get("queue") or {"policy": "fifo"}
+        if not isinstance(queue_raw, dict) or "policy" not in queue_raw:
+            raise ValueError(f"queue must be a mapping with a policy ({', '.join(POLICIES)}), got {queue_raw!r}")
+        queue_args = {k: v for k, v in queue_raw.items() if k != "policy"}
+        queue = _build(POLICIES, "queue policy", {"name": queue_raw["policy"], "args": queue_args})
+        name = raw["name"]
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError(f"name must be a non-empty string, got {name!r}")
+        return Profile(name, str(raw.get("description", "")), tuple(filters), tuple(scores), late, locality, queue,
+                       whole(raw.get("score_top", 64), "score_top", 1))
+    except KeyError as exc:
+        raise HorusError(f"malformed profile: missing key {exc}; expected keys name, filters[], scores[], queue{{policy}}") from None
+    except (TypeError, ValueError) as exc:
+        raise HorusError(f"malformed profile: {exc}") from None
+
+
+def _items(raw: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    items = raw.get(key) or []
+    if not isinstance(items, list):
+        raise ValueError(f"{key} must be a list of {{name, args}} entries, got {items!r}")
+    for item in items:
+        if not isinstance(item, dict) or "name" not in item:
+            raise ValueError(f"each of {key} must be a mapping with a name, got {item!r}")
+        unknown = sorted(set(map(str, item)) - set(_ITEM_KEYS))
+        if unknown:
+            raise ValueError(f"{key} entry {item['name']!r}: unknown key(s) {', '.join(unknown)}; accepted: {', '.join(_ITEM_KEYS)}")
+    return items
 
 
 def _build(registry: dict[str, Any], kind: str, item: dict[str, Any]) -> Any:
     name = item["name"]
     if name not in registry:
         raise HorusError(f"unknown {kind} {name!r}; accepted: {', '.join(registry)}")
-    args = {k: tuple(v) if isinstance(v, list) else v for k, v in (item.get("args") or {}).items()}
+    raw_args = item.get("args") or {}
+    if not isinstance(raw_args, dict):
+        raise HorusError(f"{kind} {name!r}: args must be a mapping, got {raw_args!r}")
+    args = {k: tuple(v) if isinstance(v, list) else v for k, v in raw_args.items()}
+    accepted = [f.name for f in fields(registry[name])] if is_dataclass(registry[name]) else []
+    unknown = sorted(set(map(str, args)) - set(accepted))
+    if unknown:
+        raise HorusError(f"{kind} {name!r}: unknown argument(s) {', '.join(unknown)}; accepted: {', '.join(accepted) or 'none'}")
     try:
         return registry[name](**args)
-    except TypeError as exc:
-        raise HorusError(f"{kind} {name!r}: {exc}") from exc
+    except (TypeError, ValueError) as exc:
+        raise HorusError(f"{kind} {name!r}: {exc}") from None

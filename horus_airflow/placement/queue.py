@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, Protocol, Sequence
 
 from horus_airflow.predictor.demand import Demand
+from horus_airflow.validation import in_range, whole
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,13 @@ class QueuePolicy(Protocol):
     def order(self, waiting: Sequence[Waiting], credits: Mapping[str, float] | None = None) -> list[Waiting]: ...
 
 
+def _check_window(k: int, max_skips: int, max_wait_s: float, smallest_k: int = 1) -> None:
+    whole(k, "k", smallest_k)
+    whole(max_skips, "max_skips", 1)
+    if max_wait_s != math.inf:
+        in_range(max_wait_s, "max_wait_s", 0.0, above=True)
+
+
 def _starving(waiting: Sequence[Waiting], max_skips: int, max_wait_s: float) -> list[Waiting]:
     hungry = [w for w in waiting if w.skips >= max_skips or w.waited_s >= max_wait_s]
     return [min(hungry, key=lambda w: w.arrival)] if hungry else []
@@ -62,6 +70,9 @@ class Lookahead:
     max_wait_s: float = math.inf
     name = "lookahead"
 
+    def __post_init__(self) -> None:
+        _check_window(self.k, self.max_skips, self.max_wait_s)
+
     def order(self, waiting: Sequence[Waiting], credits: Mapping[str, float] | None = None) -> list[Waiting]:
         starving = _starving(waiting, self.max_skips, self.max_wait_s)
         if starving:
@@ -78,6 +89,9 @@ class ShortestFirst:
     max_skips: int = 10
     max_wait_s: float = math.inf
     name = "shortest-first"
+
+    def __post_init__(self) -> None:
+        _check_window(self.k, self.max_skips, self.max_wait_s, smallest_k=0)
 
     def order(self, waiting: Sequence[Waiting], credits: Mapping[str, float] | None = None) -> list[Waiting]:
         starving = _starving(waiting, self.max_skips, self.max_wait_s)
@@ -97,6 +111,9 @@ class Credit:
     max_skips: int = 10
     max_wait_s: float = math.inf
     name = "credit"
+
+    def __post_init__(self) -> None:
+        _check_window(self.k, self.max_skips, self.max_wait_s)
 
     def order(self, waiting: Sequence[Waiting], credits: Mapping[str, float] | None = None) -> list[Waiting]:
         starving = _starving(waiting, self.max_skips, self.max_wait_s)

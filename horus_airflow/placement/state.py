@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from horus_airflow.errors import InventoryError
+from horus_airflow.validation import finite, in_range, whole
 
 
 @dataclass(frozen=True)
@@ -184,11 +185,8 @@ def _read_gpu(raw: Any, position: int) -> GpuState:
         healthy = raw.get("healthy", True)
         if not isinstance(healthy, bool):
             raise ValueError(f"healthy must be true or false, got {healthy!r}")
-        index = raw.get("index", position)
-        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
-            raise ValueError(f"index must be a whole number >= 0, got {index!r}")
         return GpuState(
-            gpu_id=_text(raw, "gpu_id"), node=_text(raw, "node"), index=index, gpu_type=_text(raw, "gpu_type"),
+            gpu_id=_text(raw, "gpu_id"), node=_text(raw, "node"), index=whole(raw.get("index", position), "index"), gpu_type=_text(raw, "gpu_type"),
             memory_mib=_number(raw, "memory_mib", low=0.0, strict_low=True), healthy=healthy, rack=str(raw.get("rack", "")),
             residents=tuple(_read_resident(r, f"{where}.residents[{i}]") for i, r in enumerate(residents)),
         )
@@ -206,7 +204,7 @@ def _read_resident(raw: Any, where: str) -> Resident:
         if not isinstance(signature, list):
             raise TypeError(f"signature must be a list of numbers, got {type(signature).__name__}")
         return Resident(_text(raw, "job_id"), util, _number(raw, "util_p90", low=0.0, high=100.0, default=util),
-                        _number(raw, "mem_mib", low=0.0), tuple(_finite(x, "signature") for x in signature))
+                        _number(raw, "mem_mib", low=0.0), tuple(finite(x, "signature") for x in signature))
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{where}: {exc}") from None
     except KeyError as exc:
@@ -222,15 +220,4 @@ def _text(raw: dict[str, Any], key: str) -> str:
 
 def _number(raw: dict[str, Any], key: str, low: float, high: float = math.inf, strict_low: bool = False,
             default: float | None = None) -> float:
-    value = raw.get(key, default) if default is not None else raw[key]
-    number = _finite(value, key)
-    if number < low or (strict_low and number == low) or number > high:
-        bounds = f"{'>' if strict_low else '>='} {low:g}" + (f" and <= {high:g}" if high != math.inf else "")
-        raise ValueError(f"{key} must be {bounds}, got {value!r}")
-    return number
-
-
-def _finite(value: Any, key: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{key} must be a finite number, got {value!r}")
-    return float(value)
+    return in_range(raw.get(key, default) if default is not None else raw[key], key, low, high, above=strict_low)
