@@ -10,8 +10,9 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
+from horus_airflow import __version__
 from horus_airflow.errors import HorusError
 from horus_airflow.settings import Settings
 
@@ -22,11 +23,12 @@ if TYPE_CHECKING:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="horus", description="Interference-aware GPU placement for Airflow training tasks.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
+    parser.add_argument("--version", action="version", version=f"horus {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run a training command under telemetry, keeping its exit code")
-    run.add_argument("--out", type=Path, help="folder for samples.jsonl and summary.json (default: HORUS_HOME/runs/<time>)")
-    run.add_argument("--interval", type=float, default=0.2, help="sampling interval in seconds (default 0.2)")
+    run.add_argument("--out", type=Path, help="new or empty folder for samples.jsonl and summary.json (default: HORUS_HOME/runs/<time>)")
+    run.add_argument("--interval", type=_at_least(0.05, float), default=0.2, help="sampling interval in seconds, at least 0.05 (default 0.2)")
     run.add_argument("--launcher-pid", type=int, metavar="PID",
                      help="stop the command when process PID (which holds its GPU reservation) is gone")
     run.add_argument("--job", type=_job_spec, metavar="SPEC",
@@ -41,12 +43,12 @@ def main(argv: list[str] | None = None) -> int:
     imports.add_argument("--group-by", default="pod", help="label that names a job (default pod)")
     imports.add_argument("--job", action="append", default=[], metavar="KEY=SPEC",
                          help="the workload of a job, e.g. train-resnet-abc=resnet50:64@imagenet (repeat)")
-    imports.add_argument("--interval", type=float, default=1.0, help="seconds between scrapes without timestamps")
+    imports.add_argument("--interval", type=_at_least(0.001, float), default=1.0, help="seconds between scrapes without timestamps (default 1)")
     imports.add_argument("--json", action="store_true", help="print one JSON object")
 
     predict = sub.add_parser("predict", help="predict a job's GPU utilization and memory")
     predict.add_argument("--model", required=True, help="catalog name, path/to/file.py:factory or model.onnx")
-    predict.add_argument("--batch-size", type=int, required=True)
+    predict.add_argument("--batch-size", type=int, required=True, help="samples per training step")
     predict.add_argument("--dataset", help="dataset whose input the job trains on (default: the model's own)")
     predict.add_argument("--seq-len", type=int, help="sequence length for text and translation datasets")
     predict.add_argument("--amp", action="store_true", help="mixed precision (default fp32)")
@@ -56,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     train, evaluate = _model_commands(sub, "predictor", "the utilization predictor", "held-out-family evaluation only",
                                       "training CSV (schema: docs/PREDICTOR.md)")
     for action in (train, evaluate):
-        action.add_argument("--folds", type=int, default=0, help="group k-fold by family; 0 = one family per fold")
+        action.add_argument("--folds", type=_at_least(0, int), default=0, help="group k-fold by family; 0 = one family per fold")
     train.add_argument("--no-register", action="store_true", help="log the run without registering")
 
     sub.add_parser("catalog", help="list the catalog's models and datasets")
@@ -71,24 +73,27 @@ def main(argv: list[str] | None = None) -> int:
     place = sub.add_parser("place", help="place one job on a cluster state and explain the decision")
     place.add_argument("--state", type=Path, required=True, help="cluster-state JSON (docs/PLACEMENT.md)")
     place.add_argument("--job", required=True, metavar="SPEC", type=_job_spec, help="MODEL:BATCH[:amp][@DATASET]")
-    place.add_argument("--gpus", type=int, default=1, help="GPUs the job needs (a gang, default 1)")
+    place.add_argument("--gpus", type=_at_least(1, int), default=1, help="GPUs the job needs (a gang, default 1)")
     place.add_argument("--profile", default="horus-paper", help="built-in profile name or a .yaml path")
     place.add_argument("--json", action="store_true", help="print the decision with every candidate as JSON")
 
     simulate = sub.add_parser("simulate", help="replay a cluster trace through several placement profiles")
-    simulate.add_argument("--trace", type=Path, required=True)
-    simulate.add_argument("--trace-format", choices=("muri", "gavel", "tiresias", "native"), default="native")
-    simulate.add_argument("--nodes", type=int, required=True)
-    simulate.add_argument("--gpus-per-node", type=int, default=8)
-    simulate.add_argument("--gpu", default="v100", help="GPU type with measured co-location data: k80, p100, v100")
+    simulate.add_argument("--trace", type=Path, required=True, help="trace file (formats: docs/EVALUATION.md)")
+    simulate.add_argument("--trace-format", choices=("muri", "gavel", "tiresias", "native"), default="native", help="how to read --trace (default native)")
+    simulate.add_argument("--nodes", type=_at_least(1, int), required=True, help="nodes in the simulated cluster")
+    simulate.add_argument("--gpus-per-node", type=_at_least(1, int), default=8, help="GPUs per node (default 8)")
+    simulate.add_argument("--gpu", default="v100", help="GPU type with measured co-location data: k80, p100, v100 (default v100)")
     simulate.add_argument("--profiles", default="exclusive,gandiva-pack,horus-paper,horus-ml",
-                          help="comma-separated profile names or .yaml paths")
+                          help="comma-separated profile names or .yaml paths (default: the four compared in docs/EVALUATION.md)")
     simulate.add_argument("--json", type=Path, help="write the results here")
     simulate.add_argument("--plot", type=Path, help="write the PNG plot here")
-    simulate.add_argument("--arrival-scale", type=float, default=1.0, help="divide arrival times by this (more load)")
-    simulate.add_argument("--limit", type=int, help="only the first N jobs by arrival")
-    simulate.add_argument("--pairs", type=Path, default=Path("data/interference_seed/gavel_pairs.csv"))
-    simulate.add_argument("--isolated", type=Path, default=Path("data/interference_seed/gavel_isolated.csv"))
+    simulate.add_argument("--arrival-scale", type=_at_least(1e-6, float), default=1.0,
+                          help="divide arrival times by this: 2 is twice the load on the same cluster (default 1)")
+    simulate.add_argument("--limit", type=_at_least(1, int), help="only the first N usable jobs by arrival")
+    simulate.add_argument("--pairs", type=Path, default=Path("data/interference_seed/gavel_pairs.csv"),
+                          help="measured co-location pairs, the simulation's ground truth (default: Gavel's)")
+    simulate.add_argument("--isolated", type=Path, default=Path("data/interference_seed/gavel_isolated.csv"),
+                          help="measured isolated throughputs, for Gavel traces (default: Gavel's)")
     simulate.add_argument("--no-mlflow", action="store_true", help="do not log an MLflow run")
 
     _model_commands(sub, "interference-model", "the interference model", "job types and GPU types held out",
@@ -97,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("inventory", help="show this machine's GPUs and their reservations")
 
     demo = sub.add_parser("demo", help="run the example DAG on the embedded stack and print a summary")
-    demo.add_argument("--dags-folder", type=Path, default=Path("dags"))
+    demo.add_argument("--dags-folder", type=Path, default=Path("dags"), help="folder holding horus_training_example.py (default dags)")
     demo.add_argument("--seed-data", type=Path, help="first predictor's data if none is champion (default: the shipped seed)")
     demo.add_argument("--interference-data", type=Path, help="likewise for the interference model (default: the shipped pairs)")
 
@@ -138,8 +143,13 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     settings = Settings.from_env()
     out = args.out or settings.runs_dir / time.strftime("%Y%m%d-%H%M%S")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        print(f"horus run: error: --out {str(out)!r} exists and is {'not empty' if out.is_dir() else 'not a folder'}; "
+              "give a new or empty folder, so no earlier run's telemetry is overwritten", file=sys.stderr)
+        return 2
     features = args.job.features() if args.job else None  # bad input fails before anything runs
     summary = run(cmd, out, args.interval, launcher_pid=args.launcher_pid)
+    print(f"horus run: telemetry in {out} (exit code {summary.exit_code})", file=sys.stderr)
     if args.job is not None:
         from horus_airflow.registry.profiling import log_wrapped_run
 
@@ -156,10 +166,7 @@ def _telemetry(args: argparse.Namespace) -> int:
     from horus_airflow.registry.profiling import import_jobs
     from horus_airflow.telemetry import dcgm
 
-    try:
-        text = args.export.read_text()
-    except OSError as exc:
-        raise dcgm.TelemetryImportError(f"cannot read {args.export}: {exc.strerror}") from None
+    text = _read_text(args.export, "telemetry export", "a Prometheus API answer (JSON) or /metrics scrapes (text)")
     specs = {}
     for item in args.job:
         key, sep, spec = item.partition("=")
@@ -245,6 +252,34 @@ def _predictor(args: argparse.Namespace) -> int:
     return 0
 
 
+def _at_least(minimum: float, kind: type) -> Callable[[str], Any]:
+    """An argparse type: a number of ``kind`` no smaller than ``minimum`` (argparse names the option)."""
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'a whole number' if kind is int else 'a number'}") from None
+        if not value >= minimum:  # NaN too
+            raise argparse.ArgumentTypeError(f"{text!r}: must be at least {minimum:g}")
+        return value
+    return parse
+
+
+def _read_text(path: Path, what: str, expected: str) -> str:
+    """A user's input file as text, or one line saying why it cannot be read and what is expected."""
+    try:
+        return path.read_text()
+    except IsADirectoryError:
+        problem = "is a directory"
+    except FileNotFoundError:
+        problem = "does not exist"
+    except UnicodeDecodeError:
+        problem = "is not a text file"
+    except OSError as exc:
+        problem = f"cannot be read ({exc.strerror})"
+    raise HorusError(f"{what} {str(path)!r} {problem}; expected {expected}")
+
+
 def _job_spec(text: str) -> JobSpec:
     """MODEL:BATCH[:amp][@DATASET]."""
     from horus_airflow.errors import InvalidJobError
@@ -302,12 +337,11 @@ def _place(args: argparse.Namespace) -> int:
     from horus_airflow.registry import load_interference
 
     settings = Settings.from_env()
+    text = _read_text(args.state, "cluster state", "a cluster-state JSON file (docs/PLACEMENT.md)")
     try:
-        state = ClusterState.from_dict(json.loads(args.state.read_text()))
-    except FileNotFoundError:
-        raise InventoryError(f"cluster state file not found: {str(args.state)!r}") from None
+        state = ClusterState.from_dict(json.loads(text))
     except json.JSONDecodeError as exc:
-        raise InventoryError(f"{str(args.state)!r} is not JSON: {exc}") from exc
+        raise InventoryError(f"{str(args.state)!r} is not JSON ({exc}); expected a cluster-state JSON file (docs/PLACEMENT.md)") from None
     profile = load_profile(args.profile)
     spec = replace(args.job, gpus=args.gpus)
     _, demand = predict_demand(spec, spec.display_name, sorted({g.gpu_type for g in state.gpus}), settings)
@@ -345,11 +379,9 @@ def _simulate(args: argparse.Namespace) -> int:
     from horus_airflow.simulator.engine import Cluster
     from horus_airflow.simulator.metrics import comparison_table
     from horus_airflow.simulator.report import log_simulation, plot, write_json
+    from horus_airflow.registry.versions import quick_http
     from horus_airflow.simulator.runner import run_simulation
 
-    if args.nodes < 1 or args.gpus_per_node < 1:
-        print("horus simulate: error: --nodes and --gpus-per-node must be at least 1", file=sys.stderr)
-        return 2
     report = run_simulation(
         args.trace, args.trace_format, Cluster(args.nodes, args.gpus_per_node, args.gpu),
         [p.strip() for p in args.profiles.split(",") if p.strip()], args.pairs, args.isolated, args.arrival_scale,
@@ -358,14 +390,24 @@ def _simulate(args: argparse.Namespace) -> int:
     print(comparison_table(report.results))
     skipped = report.results[0].skipped_reasons if report.results else {}
     if skipped:
-        print("\nskipped jobs: " + ", ".join(f"{count} {reason}" for reason, count in sorted(skipped.items())))
+        whole_file = " (counted over the whole trace file, before --limit)" if args.limit else ""
+        print(f"\njobs left out{whole_file}: " + ", ".join(f"{count} {reason}" for reason, count in sorted(skipped.items())))
     print(f"\nground truth: {report.truth}; {report.wall_s:.1f} s")
     if args.json:
         write_json(report, args.json)
     if args.plot:
         plot(report, args.plot)
-    if not args.no_mlflow:
-        print(f"MLflow run {log_simulation(Settings.from_env(), report)} (experiment horus-simulations)")
+    if args.no_mlflow:
+        return 0
+    settings = Settings.from_env()
+    try:
+        with quick_http():  # an unreachable server must not hold the results for minutes of retries
+            run_id = log_simulation(settings, report)
+    except Exception as exc:  # noqa: BLE001 (connection errors surface as requests/urllib3 types)
+        print(f"horus simulate: error: the results above were NOT logged to MLflow at {settings.mlflow_tracking_uri} "
+              f"({type(exc).__name__}: {str(exc)[:200]}); rerun with --json to keep them, or --no-mlflow", file=sys.stderr)
+        return 1
+    print(f"MLflow run {run_id} (experiment horus-simulations)")
     return 0
 
 

@@ -42,3 +42,7 @@ class BindingError(HorusError, ValueError):
 class ProfilingLogError(HorusError):
     """A profiling run could not be logged completely (MLflow unreachable, artifact store full); the
     job's telemetry is kept on local disk, and a retry logs it again."""
+
+
+class RegistryError(HorusError):
+    """A registered model or version asked for that does not exist in the MLflow registry."""

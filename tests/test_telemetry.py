@@ -335,8 +335,8 @@ def test_a_retry_closes_its_killed_trys_run_before_logging_its_own(
     monkeypatch.setattr(MlflowClient, "search_runs", unreachable)
     with pytest.raises(ProfilingLogError, match=f"earlier try of {owner} left RUNNING could not be closed"):
         log_profiling_run(settings, record)
-    assert len(all_profiling_runs(settings)) == 2  # nothing new was written
     monkeypatch.setattr(MlflowClient, "search_runs", real_search)
+    assert len(all_profiling_runs(settings)) == 2  # nothing new was written
 
     logged = log_profiling_run(settings, record)
     runs = {r.info.run_id: r for r in all_profiling_runs(settings)}

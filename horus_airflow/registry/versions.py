@@ -21,12 +21,14 @@ from typing import Callable, Iterator, TypeVar
 
 import mlflow
 from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
 from mlflow.protos.databricks_pb2 import (
     INVALID_PARAMETER_VALUE,
     RESOURCE_DOES_NOT_EXIST,
     ErrorCode,
 )
 
+from horus_airflow.errors import RegistryError
 from horus_airflow.registry.store import client
 from horus_airflow.settings import Settings
 
@@ -93,8 +95,24 @@ def register_version(
 
 
 def promote(settings: Settings, name: str, version: str, alias: str = CHAMPION) -> None:
-    client(settings).set_registered_model_alias(name, alias, version)
+    """Point ``alias`` at a registered version; a version or model that does not exist is a
+    :class:`RegistryError` that lists the versions there are."""
+    mlflow_client = client(settings)
+    if not version.isdigit():
+        raise RegistryError(f"version {version!r} of {name} is not a version number; {_registered(mlflow_client, name)}")
+    try:
+        mlflow_client.get_model_version(name, version)
+    except MlflowException as exc:
+        if _absent(exc):
+            raise RegistryError(f"{name} has no version {version}; {_registered(mlflow_client, name)}") from None
+        raise
+    mlflow_client.set_registered_model_alias(name, alias, version)
     log.info("%s version %s is now %s", name, version, alias)
+
+
+def _registered(mlflow_client: MlflowClient, name: str) -> str:
+    numbers = sorted(int(v.version) for v in mlflow_client.search_model_versions(f"name = '{name}'"))
+    return f"registered versions: {', '.join(map(str, numbers))}" if numbers else f"no version of {name} is registered yet"
 
 
 def champion_version(settings: Settings, name: str) -> str | None:

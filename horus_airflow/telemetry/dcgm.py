@@ -18,6 +18,7 @@ counted, never read as zero.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
@@ -86,13 +87,33 @@ def _parse_json(text: str) -> list[Series]:
         ) from None
     if kind not in ("matrix", "vector"):
         raise TelemetryImportError(f"Prometheus resultType {kind!r} cannot be imported; accepted: matrix, vector")
+    if not isinstance(results, list):
+        raise TelemetryImportError(f"Prometheus result is {type(results).__name__}; expected a list of series")
     series = []
-    for result in results:
-        labels = dict(result.get("metric", {}))
-        name = labels.pop("__name__", "")
-        raw = result.get("values") or ([result["value"]] if "value" in result else [])
-        series.append(Series(name, tuple(sorted(labels.items())), tuple((float(t), str(v)) for t, v in raw)))
+    for number, result in enumerate(results):
+        try:
+            labels = dict(result.get("metric", {}))
+            name = labels.pop("__name__", "")
+            raw = result.get("values") or ([result["value"]] if "value" in result else [])
+            series.append(Series(name, tuple(sorted(labels.items())), tuple((_timestamp(t), str(v)) for t, v in raw)))
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise TelemetryImportError(
+                f"series {number} of the Prometheus answer does not read ({exc}); expected {{'metric': {{labels}}, "
+                "'values': [[UNIX_SECONDS, \"VALUE\"], ...]}; nothing was imported"
+            ) from None
     return series
+
+
+def _timestamp(raw: object) -> float:
+    if isinstance(raw, bool):
+        raise ValueError(f"timestamp {raw!r} is not a time")
+    try:
+        seconds = float(raw)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ValueError(f"timestamp {raw!r} is not a time in Unix seconds") from None
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"timestamp {raw!r} is not a time in Unix seconds")
+    return seconds
 
 
 def _parse_text(text: str, interval_s: float) -> list[Series]:
@@ -143,8 +164,7 @@ def _job(key: str, series: list[Series]) -> ImportedJob:
                     free.append(v)
                 continue
             field, factor = DCGM_FIELDS[s.metric]
-            value = measured(raw, field, problems)
-            values[t][index][field] = None if value is None else value * factor
+            values[t][index][field] = measured(raw, field, problems, factor)
     start = min(values, default=0.0)
     samples = tuple(
         Sample(t - start, None, None, tuple(

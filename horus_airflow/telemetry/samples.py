@@ -1,8 +1,9 @@
 """Telemetry samples as data: what one instant of a job looked like, how a run's samples summarise,
 and how they are read back from files that may be cut short.
 
-A value that was not measured is ``None``, never zero. A value that arrives as NaN, infinite or
-negative (a broken exporter, a driver glitch) is treated as not measured, and counted.
+A value that was not measured is ``None``, never zero. A value that arrives as NaN, infinite, negative
+or beyond what any GPU can show (1e308 % busy, an exabyte of memory: a broken exporter, a driver
+glitch) is treated as not measured, and counted.
 """
 
 from __future__ import annotations
@@ -61,17 +62,30 @@ class Sample:
 _GPU_VALUES = ("util", "mem_used_mib", "process_mem_mib", "power_w", "mem_util", "sm_active", "process_sm_util", "process_mem_util")
 
 
-def measured(value: Any, name: str, problems: Counter[str]) -> float | None:
-    """``value`` as a float, or None when absent; NaN, infinite or negative values count as problems."""
+# The most a reading can physically be: percentages 100; memory 1 TiB (no GPU holds more); power
+# 5 kW (a GPU board draws at most about 1.2 kW); a process's CPU use 100 % per core of a 1,024-core host.
+_PLAUSIBLE_MAX = {
+    "util": 100.0, "mem_util": 100.0, "sm_active": 100.0, "process_sm_util": 100.0, "process_mem_util": 100.0,
+    "mem_used_mib": 1_048_576.0, "process_mem_mib": 1_048_576.0, "fb_free": 1_048_576.0, "power_w": 5_000.0,
+    "cpu_percent": 102_400.0,
+}
+
+
+def measured(value: Any, name: str, problems: Counter[str], scale: float = 1.0) -> float | None:
+    """``value`` × ``scale`` as a float, or None when absent; NaN, infinite, negative or impossibly large
+    values (``_PLAUSIBLE_MAX``) count as problems."""
     if value is None:
         return None
     try:
-        number = float(value)
+        number = float(value) * scale
     except (TypeError, ValueError):
         problems[f"{name} not a number"] += 1
         return None
     if math.isnan(number) or math.isinf(number) or number < 0:
         problems[f"{name} NaN, infinite or negative"] += 1
+        return None
+    if number > _PLAUSIBLE_MAX.get(name, math.inf):
+        problems[f"{name} above {_PLAUSIBLE_MAX[name]:g}"] += 1
         return None
     return number
 
