@@ -136,6 +136,7 @@ def _model_commands(
 
 def _run(args: argparse.Namespace) -> int:
     from horus_airflow.telemetry import run
+    from horus_airflow.telemetry.wrapper import SAMPLES_FILE, SUMMARY_FILE
 
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
@@ -143,9 +144,13 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     settings = Settings.from_env()
     out = args.out or settings.runs_dir / time.strftime("%Y%m%d-%H%M%S")
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        print(f"horus run: error: --out {str(out)!r} exists and is {'not empty' if out.is_dir() else 'not a folder'}; "
-              "give a new or empty folder, so no earlier run's telemetry is overwritten", file=sys.stderr)
+    if out.exists() and not out.is_dir():
+        print(f"horus run: error: --out {str(out)!r} is a file; give a folder (new, or without a run's telemetry)", file=sys.stderr)
+        return 2
+    earlier = [name for name in (SAMPLES_FILE, SUMMARY_FILE) if (out / name).exists()]
+    if earlier:
+        print(f"horus run: error: --out {str(out)!r} already holds a run's telemetry ({', '.join(earlier)}); give a new "
+              "folder, so that it is not overwritten", file=sys.stderr)
         return 2
     features = args.job.features() if args.job else None  # bad input fails before anything runs
     summary = run(cmd, out, args.interval, launcher_pid=args.launcher_pid)

@@ -46,3 +46,7 @@ class ProfilingLogError(HorusError):
 
 class RegistryError(HorusError):
     """A registered model or version asked for that does not exist in the MLflow registry."""
+
+
+class ProfileError(HorusError, ValueError):
+    """A placement profile that does not exist or does not parse: retrying cannot fix it."""

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from horus_airflow.errors import InvalidJobError
-from horus_airflow.features import GraphFeatures, extract_features
+from horus_airflow.names import is_onnx
+
+if TYPE_CHECKING:  # the features bring PyTorch: a DAG file that builds a JobSpec must parse without it
+    from horus_airflow.features import GraphFeatures
 
 PRECISIONS = ("fp32", "amp")
 MAX_BATCH_SIZE = 1 << 20
@@ -58,6 +62,8 @@ class JobSpec:
 
     def features(self) -> GraphFeatures:
         """The graph features of this job's training step (cached per process)."""
+        from horus_airflow.features import extract_features
+
         return extract_features(self.model, self.batch_size, self.dataset, self.precision, self.seq_len)
 
     @classmethod
@@ -74,6 +80,15 @@ class JobSpec:
         except (ValueError, InvalidJobError) as exc:
             detail = f": {exc}" if str(exc) else ""
             raise InvalidJobError(f"job {text!r} is not MODEL:BATCH[:amp][@DATASET], e.g. resnet50:64:amp@imagenet{detail}") from None
+
+
+def require_trainer(model: str, command: object) -> None:
+    """An ONNX graph can be predicted for but not trained by the built-in trainer: it needs a command."""
+    if command is None and is_onnx(model):
+        raise InvalidJobError(
+            f"an ONNX model ({model!r}) cannot be trained by the built-in trainer: give command=[...] "
+            "that trains it; Horus predicts its demand from the graph"
+        )
 
 
 def _require_int_in(label: str, value: object, low: int, high: int) -> None:

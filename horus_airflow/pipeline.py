@@ -11,12 +11,11 @@ from typing import Callable
 
 from horus_airflow.backends import Acquired, LocalBackend, acquire
 from horus_airflow.backends.local import LaunchedJob
-from horus_airflow.catalog import is_onnx
 from horus_airflow.errors import InvalidJobError
 from horus_airflow.features import GraphFeatures
 from horus_airflow.features.gpus import gpu_spec
 from horus_airflow.interference import signature
-from horus_airflow.jobs import JobSpec
+from horus_airflow.jobs import JobSpec, require_trainer
 from horus_airflow.placement import load_profile
 from horus_airflow.predictor import Demand, GpuDemand
 from horus_airflow.registry import (
@@ -63,11 +62,7 @@ def training_command(spec: JobSpec) -> list[str]:
     """The user's command, or the built-in trainer for a catalog model or a user's module."""
     if spec.command:
         return list(spec.command)
-    if is_onnx(spec.model):
-        raise InvalidJobError(
-            f"an ONNX model ({spec.model!r}) cannot be trained by the built-in trainer: give command=[...] "
-            "that trains it; Horus predicts its demand from the graph"
-        )
+    require_trainer(spec.model, spec.command)
     command = [sys.executable, "-m", "horus_airflow.catalog.train", "--model", spec.model]
     command += ["--batch-size", str(spec.batch_size), "--steps", str(spec.steps)]
     if spec.dataset:

@@ -39,6 +39,60 @@ def test_parsing_the_dags_folder_imports_no_heavy_library() -> None:
     assert done.stdout.strip().splitlines()[-1] == "[]"
 
 
+_INVALID_OPERATORS = {  # arguments -> what the import error must say
+    'model="resnt18", batch_size=32': "unknown model 'resnt18'. Did you mean: resnet18",
+    'model="resnet18", batch_size=0': "batch_size must be an integer from 1 to 1048576, got 0",
+    'model="resnet18", batch_size=2_000_000': "batch_size must be an integer from 1 to 1048576",
+    'model="resnet18", batch_size="32"': "batch_size must be an integer from 1 to 1048576, got '32'",
+    'model="resnet18", batch_size=32, precision="fp16"': "precision must be one of fp32, amp, got 'fp16'",
+    'model="resnet18", batch_size=32, gpus=0': "gpus must be an integer from 1 to 64, got 0",
+    'model="resnet18", batch_size=32, steps=0': "steps must be an integer from 1 to",
+    'model="resnet18", batch_size=32, profile="horus-papr"': "unknown placement profile 'horus-papr'. Did you mean: horus-paper",
+    'model="lstm_lm", batch_size=32, dataset="imagenet"': "datasets that fit 'lstm_lm': wikitext103, wikitext2",
+    'model="resnet18", batch_size=32, dataset="cifar"': "unknown dataset 'cifar'",
+    'model="m.onnx", batch_size=32': "an ONNX model ('m.onnx') cannot be trained by the built-in trainer",
+    'model="resnet18", batch_size=32, command="python \'train.py"': "does not split into arguments (No closing quotation)",
+    'model="resnet18", batch_size=32, placement_timeout=0': "placement_timeout (seconds to wait for GPUs) must be > 0",
+}
+
+
+def test_every_invalid_operator_argument_is_an_import_error_naming_it(tmp_path: Path) -> None:
+    """Airflow shows a DAG's mistakes when it parses the file, not when a task runs hours later."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    for number, arguments in enumerate(_INVALID_OPERATORS):
+        (tmp_path / f"dag_{number}.py").write_text(
+            "from airflow.sdk import DAG\nfrom horus_airflow.operators import HorusTrainingOperator\n"
+            f"with DAG(dag_id='invalid_{number}', schedule=None):\n"
+            f"    HorusTrainingOperator(task_id='train', {arguments})\n"
+        )
+    errors = DagBag(dag_folder=str(tmp_path)).import_errors
+    for number, message in enumerate(_INVALID_OPERATORS.values()):
+        error = errors.get(str(tmp_path / f"dag_{number}.py"), "")
+        assert message in error, (list(_INVALID_OPERATORS)[number], error[-500:])
+
+
+def test_a_string_command_runs_as_a_shell_would_split_it() -> None:
+    from horus_airflow.operators.checks import command_argv
+
+    assert command_argv("python train.py --name 'my run'") == ("python", "train.py", "--name", "my run")
+    assert command_argv(["python", "train.py"]) == ("python", "train.py")
+
+
+def test_parsing_a_kubernetes_dag_imports_no_heavy_library() -> None:
+    """The Kubernetes operator imports the placer, predictor and registry when a task runs."""
+    probe = (
+        "import sys, time\n"
+        "from airflow.dag_processing.dagbag import DagBag\n"
+        f"bag = DagBag(dag_folder={str(REPO / 'tests' / 'dags' / 'horus_test_kubernetes.py')!r})\n"
+        "assert bag.import_errors == {} and bag.dags, bag.import_errors\n"
+        "print(sorted(m for m in ('torch', 'mlflow', 'lightgbm') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
 def _active_reservations(settings: Settings) -> int:
     _version, residents = SqliteLedger(settings.ledger_path).active(now=0.0)
     return sum(len(r) for r in residents.values())
@@ -79,7 +133,14 @@ def _run_failing_dag(attribute: str) -> str:
 
 
 def test_bad_model_fails_at_once_and_leaves_nothing_behind(airflow_db: Path) -> None:
-    assert profiling_runs(Settings.from_env(), _run_failing_dag("bad_model")) == []
+    """A typo a template renders is found when the task runs: it fails on its first try, not retried."""
+    from airflow.utils.state import TaskInstanceState
+
+    dag_run = load_dag_file(DAGS_FOLDER / "horus_test_failures.py").bad_model.test()
+    [ti] = dag_run.get_task_instances()
+    assert str(dag_run.state) == "failed" and ti.state == TaskInstanceState.FAILED and ti.try_number == 1
+    assert _active_reservations(Settings.from_env()) == 0
+    assert profiling_runs(Settings.from_env(), dag_run.run_id) == []
 
 
 def test_failing_job_releases_its_gpu_and_logs_a_failed_run(airflow_db: Path) -> None:

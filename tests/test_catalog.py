@@ -82,3 +82,14 @@ def test_operator_classes_land_where_the_architecture_says() -> None:
     rl = extract_features("dqn", 32, "cartpole")
     assert rl.input_kind == "state" and rl.host_us_per_sample > 0
     assert extract_features("ppo", 32).optimizer_state_factor == 2 and cnn.optimizer_state_factor == 1
+
+
+def test_the_name_index_operators_check_at_parse_time_matches_the_catalog() -> None:
+    """horus_airflow/names.py lists the catalog without PyTorch; regenerate it when the catalog changes."""
+    from horus_airflow import names
+
+    actual = {n: (w.default_dataset, tuple(sorted(d for d, data in DATASETS.items() if w.misfit(data) is None)))
+              for n, w in WORKLOADS.items()}
+    assert names.MODELS == actual, "horus_airflow/names.py MODELS should be:\n" + "\n".join(
+        f"    {n!r}: {v!r}," for n, v in actual.items())
+    assert names.DATASETS == tuple(sorted(DATASETS))

@@ -109,12 +109,24 @@ def test_a_dry_run_without_state_builds_the_pod_unplaced(tmp_path: Path) -> None
 def test_bad_input_is_refused_with_what_is_accepted(tmp_path: Path) -> None:
     from airflow.sdk.exceptions import AirflowFailException
 
-    from horus_airflow.errors import BindingError
+    from horus_airflow.errors import BindingError, InvalidJobError, ProfileError
 
     with pytest.raises(BindingError, match="accepted: visible-devices, hybrid, device-plugin"):
         HorusKubernetesPodOperator(task_id="t", model="resnet18", batch_size=32, image="x", binding="mps")
-    operator = HorusKubernetesPodOperator(task_id="t", model="resnt18", batch_size=32, image="x", dry_run_state=_state_file(tmp_path, False))
+    with pytest.raises(InvalidJobError, match="unknown model 'resnt18'"):  # at parse time
+        HorusKubernetesPodOperator(task_id="t", model="resnt18", batch_size=32, image="x")
+    with pytest.raises(InvalidJobError, match="gpus must be an integer from 1 to 64, got 0"):
+        HorusKubernetesPodOperator(task_id="t", model="resnet18", batch_size=32, gpus=0, image="x")
+    with pytest.raises(ProfileError, match="unknown placement profile 'horus-papr'"):
+        HorusKubernetesPodOperator(task_id="t", model="resnet18", batch_size=32, image="x", profile="horus-papr")
+    HorusKubernetesPodOperator(task_id="t", model="m.onnx", batch_size=32, image="x")  # the pod's image trains it
+    operator = HorusKubernetesPodOperator(task_id="t", model="{{ params.model }}", batch_size=32, image="x",
+                                          dry_run_state=_state_file(tmp_path, False))
+    operator.model = "resnt18"  # as a template renders it: found when the pod is built, not retried
     with pytest.raises(AirflowFailException, match="resnt18"):
+        operator.build_pod_request_obj(dry_run=True)
+    operator.model, operator.profile = "resnet18", "horus-papr"
+    with pytest.raises(AirflowFailException, match="unknown placement profile 'horus-papr'"):
         operator.build_pod_request_obj(dry_run=True)
 
 

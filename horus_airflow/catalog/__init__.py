@@ -3,7 +3,6 @@ datasets imply."""
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 
 import torch
@@ -11,11 +10,9 @@ from torch import nn
 
 from horus_airflow.catalog.datasets import DATASETS, Batch, Dataset, with_seq_len
 from horus_airflow.catalog.models import OPTIMIZER_STATE, WORKLOADS, Loss, Workload, output_mean
-from horus_airflow.catalog.user import build_user_module, is_user_module, load_factory
+from horus_airflow.catalog.user import build_user_module, load_factory
 from horus_airflow.errors import InvalidJobError
-
-ONNX_SUFFIX = ".onnx"
-
+from horus_airflow.names import is_onnx, is_user_module, unknown
 
 @dataclass(frozen=True)
 class ResolvedWorkload:
@@ -39,14 +36,10 @@ class ResolvedWorkload:
         return OPTIMIZER_STATE[self.workload.optimizer]
 
 
-def is_onnx(model: str) -> bool:
-    return model.lower().endswith(ONNX_SUFFIX)
-
-
 def resolve_dataset(name: str, seq_len: int | None = None) -> Dataset:
     data = DATASETS.get(name)
     if data is None:
-        raise InvalidJobError(_unknown("dataset", name, DATASETS))
+        raise InvalidJobError(unknown("dataset", name, DATASETS))
     return with_seq_len(data, seq_len) if seq_len is not None else data
 
 
@@ -68,19 +61,13 @@ def resolve(model: str, dataset: str | None = None, seq_len: int | None = None) 
         raise InvalidJobError(f"{model!r} is an ONNX graph: it can be predicted for, not built as a PyTorch module")
     workload = WORKLOADS.get(model)
     if workload is None:
-        raise InvalidJobError(_unknown("model", model, WORKLOADS) + " Or give path/to/file.py:factory or model.onnx.")
+        raise InvalidJobError(unknown("model", model, WORKLOADS) + " Or give path/to/file.py:factory or model.onnx.")
     data = resolve_dataset(dataset or workload.default_dataset, seq_len)
     misfit = workload.misfit(data)
     if misfit:
         fitting = sorted(n for n, d in DATASETS.items() if workload.misfit(d) is None)
         raise InvalidJobError(f"model {model!r} {misfit}; datasets that fit {model!r}: {', '.join(fitting)}")
     return ResolvedWorkload(workload, data)
-
-
-def _unknown(what: str, name: str, accepted: dict[str, object]) -> str:
-    close = difflib.get_close_matches(name, accepted, n=3, cutoff=0.5)
-    hint = f" Did you mean: {', '.join(close)}?" if close else ""
-    return f"unknown {what} {name!r}.{hint} Accepted: {', '.join(sorted(accepted))}."
 
 
 __all__ = ["DATASETS", "WORKLOADS", "ResolvedWorkload", "Workload", "is_onnx", "resolve", "resolve_dataset"]

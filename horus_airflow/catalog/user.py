@@ -10,13 +10,7 @@ from typing import Callable
 from torch import nn
 
 from horus_airflow.errors import InvalidJobError
-
-MODULE_SEPARATOR = ":"
-
-
-def is_user_module(model: str) -> bool:
-    path, sep, factory = model.rpartition(MODULE_SEPARATOR)
-    return bool(sep) and path.endswith(".py") and bool(factory)
+from horus_airflow.names import MODULE_SEPARATOR
 
 
 def load_factory(model: str) -> Callable[[], nn.Module]:

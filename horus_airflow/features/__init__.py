@@ -1,15 +1,19 @@
 """Computation-graph features of a training job from a catalog name, a user's ``file.py:factory`` or an
-ONNX file, counted on the meta device (no real memory)."""
+ONNX file, counted on the meta device (no real memory).
+
+PyTorch is imported when features are first counted, not with this package: ``features.gpus`` (the GPU
+spec table) is read by the placer and by operators when Airflow parses a DAG file."""
 
 from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from horus_airflow.catalog import is_onnx
-from horus_airflow.catalog.user import is_user_module
-from horus_airflow.features.graph import GraphFeatures, torch_features
-from horus_airflow.features.onnx_graph import onnx_features
+from horus_airflow.names import is_onnx, is_user_module
+
+if TYPE_CHECKING:
+    from horus_airflow.features.graph import GraphFeatures
 
 
 def extract_features(
@@ -23,7 +27,11 @@ def extract_features(
 @lru_cache(maxsize=512)
 def _cached(model: str, batch_size: int, dataset: str | None, precision: str, seq_len: int | None, _version: float) -> GraphFeatures:
     if is_onnx(model):
+        from horus_airflow.features.onnx_graph import onnx_features
+
         return onnx_features(model, batch_size, dataset, precision, seq_len)
+    from horus_airflow.features.graph import torch_features
+
     return torch_features(model, batch_size, dataset, precision, seq_len)
 
 
@@ -31,6 +39,14 @@ def _file_version(model: str) -> float:
     location = model.rpartition(":")[0] if is_user_module(model) else model if is_onnx(model) else ""
     path = Path(location)
     return path.stat().st_mtime if location and path.is_file() else 0.0
+
+
+def __getattr__(name: str) -> Any:
+    if name == "GraphFeatures":
+        from horus_airflow.features.graph import GraphFeatures
+
+        return GraphFeatures
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["GraphFeatures", "extract_features"]

@@ -18,7 +18,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode, conv_flop_count, flop_registry
 
 from horus_airflow.catalog import ResolvedWorkload, resolve
-from horus_airflow.catalog.user import is_user_module
+from horus_airflow.names import is_user_module
 from horus_airflow.errors import InvalidJobError
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ import json
 import logging
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 from airflow.sdk import Context
@@ -15,36 +15,25 @@ from kubernetes.client import models as k8s
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from horus_airflow.backends import Acquired, acquire
-from horus_airflow.backends.binding import BINDINGS, GpuTarget, binding
-from horus_airflow.backends.kubernetes import (
-    BOOKING_ANNOTATION,
-    RESERVATION_LABEL,
-    KubernetesBackend,
-    KubernetesOptions,
-    LedgerEntry,
-)
+from horus_airflow.backends.binding import BINDINGS
 from horus_airflow.errors import (
     BindingError,
     HorusError,
     InvalidJobError,
     InventoryError,
     KubernetesConfigError,
+    ProfileError,
 )
 from horus_airflow.jobs import JobSpec
+from horus_airflow.operators.checks import check_job, check_placement_timeout, check_profile
 from horus_airflow.operators.owner import task_owner
-from horus_airflow.pipeline import predict_demand
-from horus_airflow.placement import (
-    ClusterState,
-    Decision,
-    GpuState,
-    load_profile,
-    place,
-)
-from horus_airflow.predictor import Demand
-from horus_airflow.registry import load_interference
-from horus_airflow.registry.profiling import log_pod_run
 from horus_airflow.settings import Settings
+
+if TYPE_CHECKING:  # the placer, predictor and registry are imported when a task runs, not when its DAG parses
+    from horus_airflow.backends import Acquired
+    from horus_airflow.backends.kubernetes import KubernetesBackend, LedgerEntry
+    from horus_airflow.placement import ClusterState, Decision, GpuState
+    from horus_airflow.predictor import Demand
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +86,10 @@ class HorusKubernetesPodOperator(KubernetesPodOperator):
         super().__init__(**kwargs)
         if binding not in BINDINGS and "{{" not in binding:
             raise BindingError(f"unknown binding mode {binding!r}; accepted: {', '.join(BINDINGS)}")
+        check_job(model=model, batch_size=batch_size, dataset=dataset, seq_len=seq_len, precision=precision, gpus=gpus,
+                  command_required_for_onnx=False)  # the pod's image trains it
+        check_profile(profile)
+        check_placement_timeout(placement_timeout)
         self.model = model
         self.batch_size = batch_size
         self.dataset = dataset
@@ -122,7 +115,7 @@ class HorusKubernetesPodOperator(KubernetesPodOperator):
             if context is None:
                 raise AirflowException("Horus places a pod only inside a task run or a dry run")
             return self._place(pod, spec, context)
-        except (InvalidJobError, InventoryError, BindingError, KubernetesConfigError) as exc:
+        except (InvalidJobError, InventoryError, BindingError, KubernetesConfigError, ProfileError) as exc:
             raise AirflowFailException(str(exc)) from exc
         except HorusError as exc:
             raise AirflowException(str(exc)) from exc
@@ -139,6 +132,8 @@ class HorusKubernetesPodOperator(KubernetesPodOperator):
 
     @cached_property
     def _backend(self) -> KubernetesBackend:
+        from horus_airflow.backends.kubernetes import KubernetesBackend, KubernetesOptions
+
         settings = self._settings
         pending = float(self.startup_timeout_seconds) + float(self.schedule_timeout_seconds or 0) + _PENDING_MARGIN_S
         options = KubernetesOptions(
@@ -156,6 +151,13 @@ class HorusKubernetesPodOperator(KubernetesPodOperator):
         return KubernetesConfigError(f"kubeconfig {where} does not work: {first_line}")
 
     def _place(self, pod: k8s.V1Pod, spec: JobSpec, context: Context) -> k8s.V1Pod:
+        from horus_airflow.backends import acquire
+        from horus_airflow.backends.binding import GpuTarget, binding
+        from horus_airflow.backends.kubernetes import BOOKING_ANNOTATION, RESERVATION_LABEL
+        from horus_airflow.pipeline import predict_demand
+        from horus_airflow.placement import load_profile
+        from horus_airflow.registry import load_interference
+
         ti = context["ti"]
         self._owner = task_owner(ti)
         backend, settings = self._backend, self._settings
@@ -200,6 +202,11 @@ class HorusKubernetesPodOperator(KubernetesPodOperator):
         return placed
 
     def _place_dry(self, pod: k8s.V1Pod, spec: JobSpec) -> k8s.V1Pod:
+        from horus_airflow.backends.binding import GpuTarget, binding
+        from horus_airflow.pipeline import predict_demand
+        from horus_airflow.placement import ClusterState, load_profile, place
+        from horus_airflow.registry import load_interference
+
         if not self.dry_run_state:
             pod.metadata.annotations = {**(pod.metadata.annotations or {}), "horus.ai/placement-reason": "dry run without dry_run_state: not placed"}
             return pod
@@ -278,6 +285,9 @@ class HorusKubernetesPodOperator(KubernetesPodOperator):
         """A profiling run for the pod: job, features, prediction and placement (from the pod's own
         annotations, so the deferrable path has them too). GPU metrics are not measured here; `horus
         telemetry import` adds the DCGM exporter's to this very run (it finds it by ``horus.pod``)."""
+        from horus_airflow.backends.kubernetes import BOOKING_ANNOTATION, LedgerEntry
+        from horus_airflow.registry.profiling import log_pod_run
+
         annotations = (remote_pod.metadata.annotations or {}) if remote_pod is not None and remote_pod.metadata else {}
         if BOOKING_ANNOTATION not in annotations:
             return

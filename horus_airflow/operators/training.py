@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from horus_airflow.errors import HorusError, InvalidJobError, InventoryError
+from horus_airflow.errors import HorusError, InvalidJobError, InventoryError, ProfileError
+from horus_airflow.operators.checks import check_job, check_placement_timeout, check_profile, command_argv
 from horus_airflow.operators.owner import task_owner
 from horus_airflow.settings import Settings
 
@@ -32,10 +33,14 @@ class HorusTrainingOperator(BaseOperator):
     :param steps: training steps of the built-in trainer.
     :param precision: ``fp32`` or ``amp``.
     :param gpus: GPUs the job needs (all on one node).
-    :param command: the user's own training command; ``model`` still describes it for prediction.
+    :param command: the user's own training command, a list of arguments or a string split as a shell
+        would (``"python train.py --lr 0.1"``); ``model`` still describes it for prediction.
     :param profile: placement profile: ``exclusive``, ``gandiva-pack``, ``binpack``, ``spread``, ``horus-paper``,
         ``horus-ml`` (docs/PLACEMENT.md) or a YAML path; default ``HORUS_PROFILE`` or ``horus-paper``.
     :param placement_timeout: seconds to wait for a GPU before failing.
+
+    Every argument that is not a template is checked when the DAG file is parsed (without PyTorch), so
+    a mistake is the DAG's import error; bad input found when the task runs fails it without retries.
 
     Returns (XCom) the placement outcome: GPUs, predicted demand, reason and MLflow run id.
     """
@@ -53,12 +58,16 @@ class HorusTrainingOperator(BaseOperator):
         steps: int = 20,
         precision: str = "fp32",
         gpus: int = 1,
-        command: list[str] | None = None,
+        command: list[str] | str | None = None,
         profile: str | None = None,
         placement_timeout: float = 600.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        check_job(model=model, batch_size=batch_size, dataset=dataset, seq_len=seq_len, precision=precision, gpus=gpus,
+                  steps=steps, command=command)
+        check_profile(profile)
+        check_placement_timeout(placement_timeout)
         self.model = model
         self.batch_size = batch_size
         self.dataset = dataset
@@ -87,7 +96,7 @@ class HorusTrainingOperator(BaseOperator):
                 precision=self.precision,
                 gpus=self.gpus,
                 steps=self.steps,
-                command=tuple(self.command) if self.command else None,
+                command=command_argv(self.command),
                 name=self.task_id,
             )
             outcome = run_job(
@@ -104,7 +113,7 @@ class HorusTrainingOperator(BaseOperator):
                 },
                 on_launch=self._remember,
             )
-        except (InvalidJobError, InventoryError) as exc:
+        except (InvalidJobError, InventoryError, ProfileError) as exc:
             # Retrying cannot fix bad input: fail now, with the message that says what is accepted.
             raise AirflowFailException(str(exc)) from exc
         except HorusError as exc:

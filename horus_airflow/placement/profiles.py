@@ -10,7 +10,8 @@ from typing import Any
 
 import yaml
 
-from horus_airflow.errors import HorusError
+from horus_airflow.errors import ProfileError
+from horus_airflow.names import builtin_profiles
 from horus_airflow.placement.plugins import (
     FILTERS,
     SCORES,
@@ -45,11 +46,6 @@ class Profile:
     score_top: int = 64
 
 
-def builtin_profiles() -> list[str]:
-    folder = resources.files("horus_airflow.placement").joinpath("profiles")
-    return sorted(p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml"))
-
-
 def load_profile(name_or_path: str) -> Profile:
     """A built-in profile by name, or a YAML file of the same shape by path."""
     path = Path(name_or_path)
@@ -58,7 +54,7 @@ def load_profile(name_or_path: str) -> Profile:
     else:
         entry = resources.files("horus_airflow.placement").joinpath("profiles", f"{name_or_path}.yaml")
         if not entry.is_file():
-            raise HorusError(
+            raise ProfileError(
                 f"unknown placement profile {name_or_path!r}; built-in profiles: "
                 f"{', '.join(builtin_profiles())}, or a path to a .yaml profile"
             )
@@ -66,7 +62,7 @@ def load_profile(name_or_path: str) -> Profile:
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise HorusError(f"profile {name_or_path!r} is not valid YAML: {exc}") from exc
+        raise ProfileError(f"profile {name_or_path!r} is not valid YAML: {exc}") from exc
     return parse_profile(raw)
 
 
@@ -78,10 +74,10 @@ def parse_profile(raw: Any) -> Profile:
     """A profile from its YAML form. Every profile filters out unhealthy GPUs (``node-healthy`` is added
     first where a profile does not list it): health is not a preference a profile may leave out."""
     if not isinstance(raw, dict):
-        raise HorusError("malformed profile: expected a mapping with name, filters[], scores[], queue{}")
+        raise ProfileError("malformed profile: expected a mapping with name, filters[], scores[], queue{}")
     unknown = sorted(set(map(str, raw)) - set(_PROFILE_KEYS))
     if unknown:
-        raise HorusError(f"malformed profile: unknown key(s) {', '.join(unknown)}; accepted: {', '.join(_PROFILE_KEYS)}")
+        raise ProfileError(f"malformed profile: unknown key(s) {', '.join(unknown)}; accepted: {', '.join(_PROFILE_KEYS)}")
     try:
         filters = [_build(FILTERS, "filter", item) for item in _items(raw, "filters")]
         if not any(isinstance(f, NodeHealthy) for f in filters):
@@ -107,9 +103,9 @@ def parse_profile(raw: Any) -> Profile:
         return Profile(name, str(raw.get("description", "")), tuple(filters), tuple(scores), late, locality, queue,
                        whole(raw.get("score_top", 64), "score_top", 1))
     except KeyError as exc:
-        raise HorusError(f"malformed profile: missing key {exc}; expected keys name, filters[], scores[], queue{{policy}}") from None
+        raise ProfileError(f"malformed profile: missing key {exc}; expected keys name, filters[], scores[], queue{{policy}}") from None
     except (TypeError, ValueError) as exc:
-        raise HorusError(f"malformed profile: {exc}") from None
+        raise ProfileError(f"malformed profile: {exc}") from None
 
 
 def _items(raw: dict[str, Any], key: str) -> list[dict[str, Any]]:
@@ -128,16 +124,16 @@ def _items(raw: dict[str, Any], key: str) -> list[dict[str, Any]]:
 def _build(registry: dict[str, Any], kind: str, item: dict[str, Any]) -> Any:
     name = item["name"]
     if name not in registry:
-        raise HorusError(f"unknown {kind} {name!r}; accepted: {', '.join(registry)}")
+        raise ProfileError(f"unknown {kind} {name!r}; accepted: {', '.join(registry)}")
     raw_args = item.get("args") or {}
     if not isinstance(raw_args, dict):
-        raise HorusError(f"{kind} {name!r}: args must be a mapping, got {raw_args!r}")
+        raise ProfileError(f"{kind} {name!r}: args must be a mapping, got {raw_args!r}")
     args = {k: tuple(v) if isinstance(v, list) else v for k, v in raw_args.items()}
     accepted = [f.name for f in fields(registry[name])] if is_dataclass(registry[name]) else []
     unknown = sorted(set(map(str, args)) - set(accepted))
     if unknown:
-        raise HorusError(f"{kind} {name!r}: unknown argument(s) {', '.join(unknown)}; accepted: {', '.join(accepted) or 'none'}")
+        raise ProfileError(f"{kind} {name!r}: unknown argument(s) {', '.join(unknown)}; accepted: {', '.join(accepted) or 'none'}")
     try:
         return registry[name](**args)
     except (TypeError, ValueError) as exc:
-        raise HorusError(f"{kind} {name!r}: {exc}") from None
+        raise ProfileError(f"{kind} {name!r}: {exc}") from None
