@@ -3,6 +3,7 @@ the project ships (data/predictor_seed)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -87,3 +88,27 @@ def test_predictions_are_bounded_and_p90_is_conservative(seed: pd.DataFrame) -> 
     assert demand.predictor == "horus-gpu-utilization/9"
     assert "prior estimate for gpu_mem_mib" in demand.explained()
     assert demand.on("h100").mem_mib > features.param_bytes * 4 / 2**20  # weights, grads, two Adam moments
+
+
+def test_a_prediction_outside_what_was_measured_is_low_confidence_and_says_why() -> None:
+    """bert_large at a batch of 1,048,576 needs hundreds of TB: not a normal answer."""
+    from horus_airflow.predictor import AnalyticPrior
+
+    features = extract_features("bert_large", 1_048_576)
+    demand = AnalyticPrior().predict("j", features, 1, [GPU_SPECS["a100-80gb"], GPU_SPECS["h200"]])
+    assert demand.confidence == "low"
+    assert any("batch size 1,048,576 is beyond every measured job" in note for note in demand.notes)
+    assert any("above every GPU's (140 GiB)" in note for note in demand.notes)
+    normal = AnalyticPrior().predict("j", extract_features("bert_large", 8), 1, [GPU_SPECS["a100-80gb"]])
+    assert normal.confidence == "normal" and normal.notes == ()
+
+
+def test_the_placer_books_a_low_confidence_job_at_its_p90_and_a_wider_memory_margin() -> None:
+    from horus_airflow.placement import ClusterState, GpuState, load_profile, place
+    from horus_airflow.predictor.demand import Demand, GpuDemand
+
+    state = ClusterState((GpuState("n/0", "n", 0, "a100-80gb", 81_920.0),))
+    need = {"a100-80gb": GpuDemand(30.0, 60.0, 70_000.0)}  # fits as predicted, not with a 25 % margin
+    assert place(Demand("j", 1, need), state, load_profile("horus-paper")).placed
+    cautious = place(Demand("j", 1, need, confidence="low", notes=("graph not traced",)), state, load_profile("horus-paper"))
+    assert not cautious.placed and "memory 87500 > " in json.dumps(cautious.to_dict())

@@ -22,7 +22,7 @@ from horus_airflow.placement.plugins import FilterResult, Need, Verdict
 from horus_airflow.placement.profiles import Profile
 from horus_airflow.placement.queue import Waiting
 from horus_airflow.placement.state import ClusterState
-from horus_airflow.predictor.demand import Demand
+from horus_airflow.predictor.demand import LOW_CONFIDENCE_MEMORY_FACTOR, Demand
 
 _DEFAULT_INTERFERENCE = SummedUtilization()
 _EXPLAINED_ALTERNATIVES = 5
@@ -195,12 +195,16 @@ def schedule(
 
 
 def _need(demand: Demand, state: ClusterState) -> Need:
+    """The newcomer's demand per GPU. A low-confidence prediction is booked cautiously: its p90
+    utilization and :data:`LOW_CONFIDENCE_MEMORY_FACTOR` times its memory."""
     gpus = state.arrays
+    cautious = demand.confidence == "low"
     table = np.full((len(gpus.types), 3), np.nan)
     for position, gpu_type in enumerate(gpus.types):
         found = demand.per_type.get(gpu_type)
         if found is not None:
-            table[position] = (found.util, found.util_p90, found.mem_mib)
+            table[position] = (found.util_p90 if cautious else found.util, found.util_p90,
+                               found.mem_mib * (LOW_CONFIDENCE_MEMORY_FACTOR if cautious else 1.0))
     per_gpu = table[gpus.type_index] if len(state.gpus) else np.zeros((0, 3))
     predicted = ~np.isnan(per_gpu[:, 0])
     per_gpu = np.nan_to_num(per_gpu)

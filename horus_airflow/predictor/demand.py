@@ -7,6 +7,13 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from horus_airflow.errors import InvalidDemandError, NoPlacementError
+from horus_airflow.features.gpus import GPU_SPECS
+
+# Per-GPU batches beyond this are outside every public training measurement we know of (the shipped ones
+# reach 7,000; recommendation models, the largest, use a few tens of thousands): the models extrapolate.
+UNMEASURED_BATCH = 65_536
+# With low confidence the placer books the p90 utilization and this much more memory than predicted.
+LOW_CONFIDENCE_MEMORY_FACTOR = 1.25
 
 
 @dataclass(frozen=True)
@@ -32,7 +39,8 @@ class Demand:
     """A job's predicted demand on every GPU type it could land on.
 
     ``predictor`` says who predicted it (``prior`` or ``name/version`` of a registered model);
-    ``confidence`` is ``low`` when the graph could not be traced; ``notes`` say why a fallback was used.
+    ``confidence`` is ``low`` when the prediction is a guess (:func:`judge_confidence`), and the notes
+    say why; they also say why a fallback was used.
     """
 
     job_id: str
@@ -45,7 +53,7 @@ class Demand:
 
     def explained(self) -> str:
         """One line for placement explanations."""
-        extra = "; ".join((*(("low confidence: graph not traced",) if self.confidence == "low" else ()), *self.notes))
+        extra = "; ".join((*(("low confidence",) if self.confidence == "low" else ()), *self.notes))
         return f"predicted by {self.predictor}" + (f" ({extra})" if extra else "")
 
     def on(self, gpu_type: str) -> GpuDemand:
@@ -55,3 +63,20 @@ class Demand:
             raise NoPlacementError(
                 f"no prediction for GPU type {gpu_type!r}; predicted for: {', '.join(self.per_type)}"
             ) from None
+
+
+def judge_confidence(per_type: Mapping[str, GpuDemand], traced: bool, batch_size: int) -> tuple[str, tuple[str, ...]]:
+    """``low``, with the reasons, for a prediction outside what any model here has seen: a graph that
+    could not be traced, a batch beyond every measurement, memory above every GPU it was asked about."""
+    reasons = []
+    if not traced:
+        reasons.append("graph not traced: estimated from parameters and input size")
+    if batch_size > UNMEASURED_BATCH:
+        reasons.append(f"batch size {batch_size:,} is beyond every measured job (up to {UNMEASURED_BATCH:,}): extrapolated")
+    known = {t: d for t, d in per_type.items() if t in GPU_SPECS}
+    if known and all(d.mem_mib > GPU_SPECS[t].memory_mib for t, d in known.items()):
+        largest = max(GPU_SPECS[t].memory_mib for t in known)
+        least = min(d.mem_mib for d in known.values())
+        reasons.append(f"predicted memory {least / 1024:,.0f} GiB is above every GPU's ({largest / 1024:,.0f} GiB): "
+                       "the job cannot run on one GPU as given (smaller batch, more GPUs)")
+    return ("low" if reasons else "normal"), tuple(reasons)

@@ -20,7 +20,7 @@ import pandas as pd
 from horus_airflow.features.gpus import GpuSpec, gpu_spec
 from horus_airflow.features.graph import GraphFeatures
 from horus_airflow.predictor.dataset import TARGETS
-from horus_airflow.predictor.demand import Demand, GpuDemand
+from horus_airflow.predictor.demand import Demand, GpuDemand, judge_confidence
 from horus_airflow.predictor.prior import AnalyticPrior
 
 INPUT_KINDS = ("image", "text", "translation", "interactions", "points", "frames", "state", "tensor")
@@ -154,11 +154,7 @@ class TrainedPredictor:
     def predict(self, job_id: str, features: GraphFeatures, gpus: int, specs: list[GpuSpec]) -> Demand:
         untrained = [t for t in TARGETS if t not in self.model.regressors]
         notes = (*self.notes, *((f"prior estimate for {', '.join(untrained)}",) if untrained else ()))
-        return Demand(
-            job_id=job_id,
-            gpus=gpus,
-            per_type={spec.name: self.model.predict_one(features, spec) for spec in specs},
-            predictor=self.name,
-            confidence="normal" if features.traced else "low",
-            notes=notes,
-        )
+        per_type = {spec.name: self.model.predict_one(features, spec) for spec in specs}
+        confidence, reasons = judge_confidence(per_type, features.traced, features.batch_size)
+        return Demand(job_id=job_id, gpus=gpus, per_type=per_type, predictor=self.name, confidence=confidence,
+                      notes=(*notes, *reasons))

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from horus_airflow.features.gpus import GpuSpec
 from horus_airflow.features.graph import GraphFeatures
-from horus_airflow.predictor.demand import Demand, GpuDemand
+from horus_airflow.predictor.demand import Demand, GpuDemand, judge_confidence
 
 _MIB = 1024 * 1024
 
@@ -48,14 +48,10 @@ class AnalyticPrior:
     name = "prior"
 
     def predict(self, job_id: str, features: GraphFeatures, gpus: int, specs: list[GpuSpec]) -> Demand:
-        return Demand(
-            job_id=job_id,
-            gpus=gpus,
-            per_type={spec.name: self.predict_one(features, spec) for spec in specs},
-            predictor=self.name,
-            confidence="normal" if features.traced else "low",
-            notes=self.notes,
-        )
+        per_type = {spec.name: self.predict_one(features, spec) for spec in specs}
+        confidence, reasons = judge_confidence(per_type, features.traced, features.batch_size)
+        return Demand(job_id=job_id, gpus=gpus, per_type=per_type, predictor=self.name, confidence=confidence,
+                      notes=(*self.notes, *reasons))
 
     def predict_one(self, features: GraphFeatures, spec: GpuSpec) -> GpuDemand:
         estimate = self.estimate(features, spec)
