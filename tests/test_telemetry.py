@@ -203,10 +203,19 @@ def test_horus_run_with_a_job_logs_a_profiling_run(horus_home: Path, tmp_path: P
     from horus_airflow.settings import Settings
 
     done = subprocess.run([sys.executable, "-m", "horus_airflow.cli", "run", "--out", str(tmp_path / "out"), "--job", "mlp:8@mnist",
-                           "--", sys.executable, "-c", "pass"], capture_output=True, text=True, timeout=300)
+                           "--", sys.executable, "-c", "import time; time.sleep(1.5)"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
+    assert f"telemetry in {tmp_path / 'out'}" in done.stderr
     [logged] = all_profiling_runs(Settings.from_env())
     assert logged.data.params["job.model"] == "mlp" and logged.data.tags["horus.gpu_measured"] == "false"
+    summary = RunSummary.read(tmp_path / "out")
+    assert summary is not None and summary.started_at is not None
+    # the run spans the job, not the moment it was logged; the start is the job's own
+    assert 1500 <= logged.info.end_time - logged.info.start_time <= 1000 * summary.duration_s + 1
+    assert logged.info.start_time == int(summary.started_at * 1000) and "started_at" not in logged.data.metrics
+    again = subprocess.run([sys.executable, "-m", "horus_airflow.cli", "run", "--out", str(tmp_path / "out"), "--", "true"],
+                           capture_output=True, text=True, timeout=300)
+    assert again.returncode == 2 and "already holds a run's telemetry (samples.jsonl, summary.json)" in again.stderr
     refused = subprocess.run([sys.executable, "-m", "horus_airflow.cli", "run", "--job", "mlp", "--", "touch", str(tmp_path / "ran")],
                              capture_output=True, text=True, timeout=300)
     assert refused.returncode == 2 and not (tmp_path / "ran").exists()  # bad input: the command never ran

@@ -109,7 +109,9 @@ def log_profiling_run(settings: Settings, record: ProfilingRecord) -> str:
         close_abandoned_runs(settings, owner)
     mlflow = client(settings)
     name = record.run_name or (record.spec.display_name if record.spec else record.run_dir.name)
-    run = mlflow.create_run(experiment_id(mlflow, settings, PROFILING_EXPERIMENT), run_name=name, tags=_tags(record))
+    started_ms, ended_ms = _job_times_ms(record.summary)  # the job's, so MLflow shows how long it really ran
+    run = mlflow.create_run(experiment_id(mlflow, settings, PROFILING_EXPERIMENT), start_time=started_ms,
+                            run_name=name, tags=_tags(record))
     run_id = run.info.run_id
     try:
         timestamp = int(run.info.start_time)
@@ -133,9 +135,15 @@ def log_profiling_run(settings: Settings, record: ProfilingRecord) -> str:
         mlflow.set_terminated(run_id, RunStatus.to_string(RunStatus.FAILED))
         raise
     status = RunStatus.FAILED if record.summary.exit_code > 0 else RunStatus.FINISHED  # -1: unknown, e.g. imported
-    mlflow.set_terminated(run_id, RunStatus.to_string(status))
+    mlflow.set_terminated(run_id, RunStatus.to_string(status), end_time=ended_ms)
     log.info("profiling run %s logged to %s", run_id, settings.mlflow_tracking_uri)
     return run_id
+
+
+def _job_times_ms(summary: RunSummary) -> tuple[int | None, int | None]:
+    if summary.started_at is None:
+        return None, None  # MLflow's own clock: when the run was logged
+    return int(summary.started_at * 1000), int((summary.started_at + summary.duration_s) * 1000)
 
 
 def _params(record: ProfilingRecord) -> dict[str, str]:

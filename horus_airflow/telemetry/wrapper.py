@@ -16,7 +16,7 @@ import signal
 import subprocess
 import threading
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import IO, Sequence
 
@@ -61,12 +61,13 @@ class RunSummary:
     co_resident_pids: list[int] = field(default_factory=list)
     sample_problems: dict[str, int] = field(default_factory=dict)
     job_metrics: dict[str, float | str] = field(default_factory=dict)
+    started_at: float | None = None  # Unix seconds when the command started; None when not known (imports)
 
     def measured_metrics(self) -> dict[str, float]:
         """Numeric measurements only, None dropped: what may be logged as metrics."""
         values: dict[str, float] = {}
         for key, value in asdict(self).items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "exit_code":
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in ("exit_code", "started_at"):
                 values[key] = float(value)
         for key, value in self.job_metrics.items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -106,12 +107,12 @@ def run(
     env = {**os.environ, METRICS_FILE_ENV: str(metrics_file)}
     if source is None and nvml.init():
         source = nvml.NvmlSource(_visible_gpu_indices())
-    started = time.monotonic()
+    started, started_at = time.monotonic(), time.time()
     try:
         child = subprocess.Popen(list(command), env=env)
     except OSError as exc:
         log.error("cannot start %r: %s", command[0], exc)
-        summary = RunSummary(_CANNOT_START, 0.0, 0, False, None, None, job_metrics={"error": str(exc)})
+        summary = RunSummary(_CANNOT_START, 0.0, 0, False, None, None, job_metrics={"error": str(exc)}, started_at=started_at)
         summary.write(out_dir)
         return summary
     previous = {sig: signal.signal(sig, lambda s, _f: child.send_signal(s)) for sig in (signal.SIGTERM, signal.SIGINT)}
@@ -132,7 +133,7 @@ def run(
             if source is not None:
                 source.close()
     duration = time.monotonic() - started
-    summary = summarise(128 - code if code < 0 else code, duration, samples, job_metrics(metrics_file))
+    summary = replace(summarise(128 - code if code < 0 else code, duration, samples, job_metrics(metrics_file)), started_at=started_at)
     samples_frame(samples).to_parquet(out_dir / SAMPLES_PARQUET, index=False)
     summary.write(out_dir)
     return summary
