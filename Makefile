@@ -24,8 +24,7 @@ $(STAMP): requirements.txt pyproject.toml
 	$(BIN)/pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
-# Without an NVIDIA GPU the demo declares two A100s for placement; the jobs then train on the CPU.
-demo: export HORUS_LOCAL_GPUS ?= 2xa100-80gb
+# Without an NVIDIA GPU (and no HORUS_LOCAL_GPUS) the demo declares two A100s for placement; the jobs then train on the CPU.
 demo: $(STAMP)
 	$(BIN)/python model_registry/bootstrap.py
 	$(BIN)/horus demo --dags-folder dags

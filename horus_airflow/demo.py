@@ -7,6 +7,7 @@ import logging
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from horus_airflow.registry import profiling_runs
@@ -31,7 +32,12 @@ def prepare_airflow(settings: Settings, dags_folder: Path) -> None:
         raise RuntimeError(f"'airflow db migrate' failed (exit {done.returncode}); see {migrate_log}")
 
 
+# What `make demo` declares on a machine without an NVIDIA GPU: placement runs, the jobs train on the CPU.
+DEMO_GPUS = "2xa100-80gb"
+
+
 def run_demo(settings: Settings, dags_folder: Path, seed_data: Path | None = None, pairs: Path | None = None) -> int:
+    settings = _with_gpus(settings)
     prepare_airflow(settings, dags_folder)
     for step in bootstrap(settings, seed_data, pairs):
         print(f"{step.model}: {step.message}")
@@ -46,6 +52,18 @@ def run_demo(settings: Settings, dags_folder: Path, seed_data: Path | None = Non
     print(f"\nDAG run {dag_run.run_id}: {dag_run.state}")
     print(open_ui_commands(settings, dags_folder))
     return 0 if str(dag_run.state) == "success" else 1
+
+
+def _with_gpus(settings: Settings) -> Settings:
+    """This machine's GPUs, or, where NVML finds none and none are declared, the demo's declared ones."""
+    from horus_airflow.telemetry import nvml
+
+    if settings.local_gpus or nvml.discover_gpus():
+        return settings
+    print(f"no NVIDIA GPU found and HORUS_LOCAL_GPUS unset: declaring HORUS_LOCAL_GPUS={DEMO_GPUS} for this demo "
+          "(placement runs on them; the jobs train on the CPU)")
+    os.environ["HORUS_LOCAL_GPUS"] = DEMO_GPUS  # the example DAG's tasks read it
+    return replace(settings, local_gpus=DEMO_GPUS)
 
 
 def summary_table(settings: Settings, airflow_run_id: str) -> str:
@@ -86,11 +104,14 @@ def open_ui_commands(settings: Settings, dags_folder: Path) -> str:
     bin_dir = Path(sys.executable).parent
     # `airflow standalone` starts its services as `airflow ...` from PATH, hence the PATH prefix.
     declared = f"HORUS_LOCAL_GPUS={settings.local_gpus} " if settings.local_gpus else ""
+    mlflow_ui = "http://127.0.0.1:5000"
+    # Both bind 127.0.0.1: the demo's stores have no access control worth exposing to the network.
     return (
         "\nBrowse the results:\n"
         f"  MLflow UI:  {bin_dir / 'mlflow'} ui --backend-store-uri {settings.mlflow_tracking_uri} "
-        "--host 127.0.0.1 --port 5000    # then open http://127.0.0.1:5000\n"
-        f"  Airflow UI: PATH={bin_dir}:$PATH HORUS_HOME={settings.home} {declared}"
+        f"--host 127.0.0.1 --port 5000    # then open {mlflow_ui}\n"
+        f"  Airflow UI: PATH={bin_dir}:$PATH HORUS_HOME={settings.home} {declared}HORUS_MLFLOW_UI_URL={mlflow_ui} "
+        "AIRFLOW__API__HOST=127.0.0.1 "
         f"AIRFLOW_HOME={settings.airflow_home} AIRFLOW__CORE__DAGS_FOLDER={dags_folder.resolve()} "
         f"AIRFLOW__CORE__PLUGINS_FOLDER={settings.project_file('plugins')} "
         "AIRFLOW__CORE__LOAD_EXAMPLES=False airflow standalone    # then open http://127.0.0.1:8080, user admin, "

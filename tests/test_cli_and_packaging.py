@@ -88,3 +88,20 @@ def test_settings_default_under_horus_home_and_follow_the_environment(tmp_path: 
     custom = Settings.from_env({"HORUS_HOME": str(tmp_path), "MLFLOW_TRACKING_URI": "http://127.0.0.1:5000"})
     assert custom.mlflow_tracking_uri == "http://127.0.0.1:5000"
     assert Settings.from_env({}).home == Path(".horus").resolve()
+
+
+def test_the_demo_declares_gpus_on_a_machine_without_any_and_its_ui_commands_stay_on_loopback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from horus_airflow import demo
+    from horus_airflow.settings import Settings
+    from horus_airflow.telemetry import nvml
+
+    monkeypatch.setattr(nvml, "discover_gpus", lambda: [])
+    monkeypatch.delenv("HORUS_LOCAL_GPUS")
+    settings = demo._with_gpus(Settings.from_env())
+    assert settings.local_gpus == demo.DEMO_GPUS == os.environ["HORUS_LOCAL_GPUS"]
+    assert "declaring HORUS_LOCAL_GPUS=2xa100-80gb" in capsys.readouterr().out
+    commands = demo.open_ui_commands(settings, tmp_path)
+    assert "0.0.0.0" not in commands and "AIRFLOW__API__HOST=127.0.0.1" in commands
+    assert "HORUS_MLFLOW_UI_URL=http://127.0.0.1:5000" in commands and "--host 127.0.0.1 --port 5000" in commands
