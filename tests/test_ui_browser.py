@@ -106,6 +106,7 @@ def test_cluster_map_shows_the_seeded_gpus_and_a_gpus_tasks(browser, airflow, se
     open_signed_in(browser, base, token, "/horus/")
     cells = wait(browser, ".gpu", count=2)
     assert sorted(c.get_attribute("data-gpu") for c in cells) == ["local/0", "local/1"]
+    assert all(c.size["width"] >= 60 and c.size["height"] >= 60 for c in cells)  # two GPUs fill the page, not a corner
     assert "1 nodes · 2 GPUs · 1 busy" in browser.find_element("id", "summary").text
     next(c for c in cells if c.get_attribute("data-gpu") == seeded.live_gpu).click()
     detail = wait(browser, "#gpu-detail .detail")[0].text
@@ -163,7 +164,13 @@ def test_simulations_page_shows_the_report_and_its_plot(browser, airflow) -> Non
 
     WebDriverWait(browser, 30).until(lambda d: d.execute_script("return arguments[0].complete && arguments[0].naturalWidth", image))
     table = browser.find_element("css selector", ".simulation table").text
-    assert "exclusive" in table and "horus-paper" in table and "makespan_s" in table
+    assert "exclusive" in table and "horus-paper" in table and "makespan" in table and "OOM crashes" in table
+    import re
+
+    cells = {c.get_attribute("data-metric"): c.text for c in browser.find_elements("css selector", ".simulation tr:nth-child(2) td.num")}
+    assert re.fullmatch(r"\d+(\.\d)? (s|min|h|d)", cells["makespan_s"]), cells  # a duration people read, not raw seconds
+    assert re.fullmatch(r"\d{1,3}(,\d{3})*", cells["finished"]), cells  # a count, not "97.000"
+    assert re.fullmatch(r"\d+\.\d %", cells["gpu_util"]), cells
     shot(browser, "simulations")
 
 

@@ -102,6 +102,7 @@ function drawMap(data) {
     (shown !== data.totals.gpus ? ` · ${shown} GPUs match the filter` : "");
   const map = document.getElementById("map");
   map.classList.toggle("big", shown > 512);
+  map.classList.toggle("small", shown <= 16); // a workstation's few GPUs fill the page, not a corner
   const parts = [];
   data.nodes.forEach((node, n) => {
     const healthy = node.gpus.every(g => g.healthy);
@@ -292,7 +293,30 @@ function scatter(profiling) {
 }
 
 // --- simulations ---------------------------------------------------------------------------------
-const SIM_COLUMNS = ["makespan_s", "avg_jct_s", "p95_jct_s", "avg_wait_s", "gpu_util", "summed_util", "avg_slowdown", "p95_slowdown", "oom_events", "finished", "unfinished"];
+// [metric, heading, how to show it]: durations as h/min/s, shares as %, counts as whole numbers
+const SIM_COLUMNS = [
+  ["makespan_s", "makespan", "duration"], ["avg_jct_s", "mean JCT", "duration"], ["p95_jct_s", "p95 JCT", "duration"],
+  ["avg_wait_s", "mean wait", "duration"], ["gpu_util", "GPUs busy", "share"], ["summed_util", "summed util", "ratio"],
+  ["avg_slowdown", "mean slowdown", "ratio"], ["p95_slowdown", "p95 slowdown", "ratio"], ["oom_events", "OOM crashes", "count"],
+  ["finished", "finished", "count"], ["unfinished", "unfinished", "count"],
+];
+
+function duration(seconds) {
+  if (seconds === null || seconds === undefined) return "–";
+  const s = Math.round(Number(seconds));
+  if (s < 120) return `${s} s`;
+  if (s < 7200) return `${Math.round(s / 60)} min`;
+  if (s < 172800) return `${(s / 3600).toFixed(1)} h`;
+  return `${(s / 86400).toFixed(1)} d`;
+}
+
+function metric(value, kind) {
+  if (value === null || value === undefined) return "–";
+  if (kind === "duration") return duration(value);
+  if (kind === "share") return `${(100 * Number(value)).toFixed(1)} %`;
+  if (kind === "count") return Math.round(Number(value)).toLocaleString("en-US");
+  return Number(value).toFixed(2);
+}
 
 async function simulations() {
   let data;
@@ -304,12 +328,12 @@ async function simulations() {
   }
   main.innerHTML = data.simulations.map(sim => {
     const profiles = Object.keys(sim.metrics).filter(p => p !== "wall_s").sort();
-    const columns = SIM_COLUMNS.filter(c => profiles.some(p => sim.metrics[p][c] !== undefined));
-    const rows = profiles.map(p => `<tr><td>${esc(p)}</td>${columns.map(c => `<td>${fmt(sim.metrics[p][c], c.endsWith("_s") ? 0 : 3)}</td>`).join("")}</tr>`).join("");
+    const columns = SIM_COLUMNS.filter(([key]) => profiles.some(p => sim.metrics[p][key] !== undefined));
+    const rows = profiles.map(p => `<tr><td>${esc(p)}</td>${columns.map(([key, , kind]) => `<td class="num" data-metric="${key}" title="${esc(String(sim.metrics[p][key] ?? ""))}">${metric(sim.metrics[p][key], kind)}</td>`).join("")}</tr>`).join("");
     const plots = sim.artifacts.filter(a => a.endsWith(".png")).map(a => `<img class="plot" alt="${esc(a)} of ${esc(sim.name)}" src="${API}simulations/${esc(sim.run_id)}/artifacts/${esc(a)}">`).join("");
     return `<section class="simulation"><h2>${sim.url ? `<a target="_blank" rel="noopener" href="${esc(sim.url)}">${esc(sim.name)}</a>` : esc(sim.name)}</h2>
       <p class="muted">${esc(when(sim.started_at))} · ${esc(sim.params.cluster || "")} · trace ${esc(sim.params.trace || "")} (${esc(sim.params.trace_format || "")})</p>
-      <div class="scroll"><table><tr><th>profile</th>${columns.map(c => `<th>${esc(c)}</th>`).join("")}</tr>${rows}</table></div>${plots}</section>`;
+      <div class="scroll"><table><tr><th>profile</th>${columns.map(([key, heading]) => `<th title="${key}">${esc(heading)}</th>`).join("")}</tr>${rows}</table></div>${plots}</section>`;
   }).join("");
 }
 
