@@ -93,6 +93,8 @@ def _parse_json(text: str) -> list[Series]:
     for number, result in enumerate(results):
         try:
             labels = dict(result.get("metric", {}))
+            if not all(isinstance(v, str) for v in labels.values()):
+                raise ValueError(f"label values must be strings, got {labels!r}"[:300])
             name = labels.pop("__name__", "")
             raw = result.get("values") or ([result["value"]] if "value" in result else [])
             series.append(Series(name, tuple(sorted(labels.items())), tuple((_timestamp(t), str(v)) for t, v in raw)))
