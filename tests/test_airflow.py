@@ -25,14 +25,19 @@ def test_dag_files_import_without_errors(dag_file: Path) -> None:
     assert bag.dags
 
 
-def test_parsing_the_dags_folder_imports_no_heavy_library() -> None:
+@pytest.mark.parametrize(("dags", "heavy"), [
+    (REPO / "dags", ("torch", "mlflow", "lightgbm", "kubernetes")),
+    # the Kubernetes operator needs the kubernetes client, but the placer, predictor and registry only when a task runs
+    (REPO / "tests" / "dags" / "horus_test_kubernetes.py", ("torch", "mlflow", "lightgbm")),
+], ids=["dags-folder", "kubernetes-dag"])
+def test_parsing_dags_imports_no_heavy_library(dags: Path, heavy: tuple[str, ...]) -> None:
     """The DAG processor parses every file again and again: PyTorch, MLflow and LightGBM load only when a task runs."""
     probe = (
         "import sys\n"
         "from airflow.dag_processing.dagbag import DagBag\n"
-        f"bag = DagBag(dag_folder={str(REPO / 'dags')!r})\n"
-        "assert bag.import_errors == {}, bag.import_errors\n"
-        "print(sorted(m for m in ('torch', 'mlflow', 'lightgbm', 'kubernetes') if m in sys.modules))\n"
+        f"bag = DagBag(dag_folder={str(dags)!r})\n"
+        "assert bag.import_errors == {} and bag.dags, bag.import_errors\n"
+        f"print(sorted(m for m in {heavy!r} if m in sys.modules))\n"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -77,20 +82,6 @@ def test_a_string_command_runs_as_a_shell_would_split_it() -> None:
 
     assert command_argv("python train.py --name 'my run'") == ("python", "train.py", "--name", "my run")
     assert command_argv(["python", "train.py"]) == ("python", "train.py")
-
-
-def test_parsing_a_kubernetes_dag_imports_no_heavy_library() -> None:
-    """The Kubernetes operator imports the placer, predictor and registry when a task runs."""
-    probe = (
-        "import sys, time\n"
-        "from airflow.dag_processing.dagbag import DagBag\n"
-        f"bag = DagBag(dag_folder={str(REPO / 'tests' / 'dags' / 'horus_test_kubernetes.py')!r})\n"
-        "assert bag.import_errors == {} and bag.dags, bag.import_errors\n"
-        "print(sorted(m for m in ('torch', 'mlflow', 'lightgbm') if m in sys.modules))\n"
-    )
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip().splitlines()[-1] == "[]"
 
 
 def _active_reservations(settings: Settings) -> int:
