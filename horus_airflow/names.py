@@ -9,6 +9,9 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 from importlib import resources
+from pathlib import Path
+
+from horus_airflow.errors import ProfileError
 
 # model -> (its default dataset, the datasets it can train on)
 MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -77,6 +80,12 @@ def builtin_profiles() -> list[str]:
     placement package would bring PyTorch)."""
     folder = resources.files("horus_airflow").joinpath("placement", "profiles")
     return sorted(p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def require_profile(name: str) -> None:
+    """Refuse a profile name that is neither built in nor a path to a YAML file."""
+    if Path(name).suffix not in (".yaml", ".yml") and name not in builtin_profiles():
+        raise ProfileError(unknown("placement profile", name, builtin_profiles()) + " Or give a path to a .yaml profile.")
 
 
 def unknown(what: str, name: str, accepted: Iterable[str]) -> str:

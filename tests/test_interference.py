@@ -140,4 +140,4 @@ def test_cli_contracts_for_interference_and_place(tmp_path: Path) -> None:
     assert {c["gpu_id"] for c in decision["candidates"]} == {"n0/0", "n0/1"}
     unknown = subprocess.run([HORUS, "place", "--state", str(path), "--job", "resnet18:32", "--profile", "nope"],
                              capture_output=True, text=True, timeout=120, env=env)
-    assert unknown.returncode == 2 and "built-in profiles: binpack, exclusive, gandiva-pack, horus-ml" in unknown.stderr
+    assert unknown.returncode == 2 and "Accepted: binpack, exclusive, gandiva-pack, horus-ml" in unknown.stderr

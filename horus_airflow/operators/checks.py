@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Sequence
-from pathlib import Path
 
-from horus_airflow.errors import InvalidJobError, ProfileError
+from horus_airflow.errors import InvalidJobError
 from horus_airflow.jobs import PRECISIONS, JobSpec, require_trainer
 from horus_airflow.validation import in_range
-from horus_airflow.names import DATASETS, MODELS, builtin_profiles, is_onnx, is_user_module, unknown
+from horus_airflow.names import DATASETS, MODELS, is_onnx, is_user_module, require_profile, unknown
 
 
 def is_template(value: object) -> bool:
@@ -71,10 +70,8 @@ def check_job(
 def check_profile(profile: str | None) -> None:
     """A profile named in a DAG file exists: a built-in name, or a path to a YAML file (read at run time,
     where it may live on the workers only)."""
-    if profile is None or is_template(profile) or Path(profile).suffix in (".yaml", ".yml"):
-        return
-    if profile not in builtin_profiles():
-        raise ProfileError(unknown("placement profile", profile, builtin_profiles()) + " Or give a path to a .yaml profile.")
+    if profile is not None and not is_template(profile):
+        require_profile(profile)
 
 
 def check_placement_timeout(seconds: float) -> None:

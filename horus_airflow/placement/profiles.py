@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from horus_airflow.errors import ProfileError
-from horus_airflow.names import builtin_profiles
+from horus_airflow.names import builtin_profiles, require_profile
 from horus_airflow.placement.plugins import (
     FILTERS,
     SCORES,
@@ -52,17 +52,17 @@ def load_profile(name_or_path: str) -> Profile:
     if path.suffix in (".yaml", ".yml") and path.is_file():
         text = path.read_text()
     else:
-        entry = resources.files("horus_airflow.placement").joinpath("profiles", f"{name_or_path}.yaml")
-        if not entry.is_file():
-            raise ProfileError(
-                f"unknown placement profile {name_or_path!r}; built-in profiles: "
-                f"{', '.join(builtin_profiles())}, or a path to a .yaml profile"
-            )
-        text = entry.read_text()
+        if path.suffix in (".yaml", ".yml"):
+            raise ProfileError(f"profile file {name_or_path!r} does not exist; give a built-in profile "
+                               f"({', '.join(builtin_profiles())}) or a path to a .yaml profile")
+        require_profile(name_or_path)
+        text = resources.files("horus_airflow.placement").joinpath("profiles", f"{name_or_path}.yaml").read_text()
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ProfileError(f"profile {name_or_path!r} is not valid YAML: {exc}") from exc
+        where = getattr(exc, "problem_mark", None)
+        at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
+        raise ProfileError(f"profile {name_or_path!r} is not valid YAML{at}: {getattr(exc, 'problem', None) or type(exc).__name__}") from None
     return parse_profile(raw)
 
 
