@@ -9,11 +9,12 @@ from collections.abc import Sequence
 
 from horus_airflow.errors import InvalidJobError
 from horus_airflow.jobs import PRECISIONS, JobSpec, require_trainer
-from horus_airflow.validation import in_range
 from horus_airflow.names import DATASETS, MODELS, is_onnx, is_user_module, require_profile, unknown
+from horus_airflow.validation import in_range
 
 
 def is_template(value: object) -> bool:
+    """A Jinja template: its value is known only once Airflow renders it for a task run."""
     return isinstance(value, str) and "{{" in value
 
 
