@@ -42,7 +42,7 @@ def main() -> int:
         minutes = (time.monotonic() - started) / 60
         text = log.read_text(errors="replace")
         failed = sorted(set(re.findall(r"^(?:FAILED|ERROR) (\S+)", text, re.MULTILINE)))
-        summary = (re.findall(r"^=+ (.+ in [\d.]+s.*?) =+$", text, re.MULTILINE) or [f"exit {code}"])[-1]
+        summary = (re.findall(r"^=* ?(\d+ (?:passed|failed|error).* in [\d.]+s.*?) ?=*$", text, re.MULTILINE) or [f"exit {code}"])[-1]
         passed += code == 0
         print(f"{number:>3}  {'pass' if code == 0 else 'FAIL':<7} {minutes:>7.1f}  {summary}", flush=True)
         for name in failed:
