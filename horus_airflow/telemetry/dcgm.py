@@ -18,13 +18,13 @@ counted, never read as zero.
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 from horus_airflow.errors import HorusError
 from horus_airflow.telemetry.samples import GpuReading, Sample, measured
+from horus_airflow.validation import in_range
 
 FORMATS = ("prometheus-json", "prometheus-text")
 
@@ -107,15 +107,11 @@ def _parse_json(text: str) -> list[Series]:
 
 
 def _timestamp(raw: object) -> float:
-    if isinstance(raw, bool):
-        raise ValueError(f"timestamp {raw!r} is not a time")
+    """Unix seconds, as Prometheus writes them (a number, or a numeric string)."""
     try:
-        seconds = float(raw)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+        return in_range(float(raw) if isinstance(raw, str) else raw, "timestamp", 0.0)
+    except ValueError:
         raise ValueError(f"timestamp {raw!r} is not a time in Unix seconds") from None
-    if not math.isfinite(seconds) or seconds < 0:
-        raise ValueError(f"timestamp {raw!r} is not a time in Unix seconds")
-    return seconds
 
 
 def _parse_text(text: str, interval_s: float) -> list[Series]:
