@@ -94,7 +94,7 @@ def main() -> None:
     )
     from horus_airflow.jobs import JobSpec
     from horus_airflow.operators.kubernetes import HorusKubernetesPodOperator
-    from horus_airflow.pipeline import predict_demand
+    from horus_airflow.service import predict_demand
     from horus_airflow.placement import load_profile, place
     from horus_airflow.settings import Settings
 

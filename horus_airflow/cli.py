@@ -199,7 +199,7 @@ def _telemetry(args: argparse.Namespace) -> int:
 def _predict(args: argparse.Namespace) -> int:
     from horus_airflow.features.gpus import gpu_spec
     from horus_airflow.jobs import JobSpec
-    from horus_airflow.pipeline import predict_demand
+    from horus_airflow.service import predict_demand
 
     spec = JobSpec(
         model=args.model, batch_size=args.batch_size, dataset=args.dataset, seq_len=args.seq_len,
@@ -299,7 +299,7 @@ def _job_spec(text: str) -> JobSpec:
 def _interference(args: argparse.Namespace) -> int:
     from horus_airflow.features.gpus import gpu_spec
     from horus_airflow.interference import CoRunner, LearnedInterference, signature
-    from horus_airflow.pipeline import predict_demand
+    from horus_airflow.service import predict_demand
     from horus_airflow.registry import load_interference
 
     settings = Settings.from_env()
@@ -337,23 +337,19 @@ def _place(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from horus_airflow.errors import InventoryError
-    from horus_airflow.placement import ClusterState, load_profile, place
-    from horus_airflow.pipeline import predict_demand
-    from horus_airflow.registry import load_interference
+    from horus_airflow.placement import ClusterState
+    from horus_airflow.service import PlacementService
 
-    settings = Settings.from_env()
     text = _read_text(args.state, "cluster state", "a cluster-state JSON file (docs/PLACEMENT.md)")
     try:
         state = ClusterState.from_dict(json.loads(text))
     except json.JSONDecodeError as exc:
         raise InventoryError(f"{str(args.state)!r} is not JSON ({exc}); expected a cluster-state JSON file (docs/PLACEMENT.md)") from None
-    profile = load_profile(args.profile)
+    service = PlacementService(Settings.from_env(), args.profile)
     spec = replace(args.job, gpus=args.gpus)
-    _, demand = predict_demand(spec, spec.display_name, sorted({g.gpu_type for g in state.gpus}), settings)
-    interference, label = load_interference(settings)
-    decision = place(demand, state, profile, interference)
+    decision = service.decide(service.plan(spec, spec.display_name, [g.gpu_type for g in state.gpus]).demand, state)
     if args.json:
-        print(json.dumps({**decision.to_dict(), "interference_model": label}))
+        print(json.dumps({**decision.to_dict(), "interference_model": service.interference_label}))
     else:
         print(decision.reason if decision.placed else f"not placed: {decision.reason}")
     return 0 if decision.placed else 1

@@ -1,30 +1,22 @@
-"""The whole path of one training task: spec -> features -> demand -> placement -> reserve -> run ->
-profiling run -> release. The Airflow operator is a thin face over :func:`run_job`."""
+"""The whole path of one local training task: spec -> demand -> placement -> booking (the
+:class:`~horus_airflow.service.PlacementService`) -> run -> release -> profiling run. The local operator
+is a thin face over :func:`run_job`."""
 
 from __future__ import annotations
 
 import logging
 import sys
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable
 
-from horus_airflow.backends import Acquired, LocalBackend, acquire
+from horus_airflow.backends import Acquired, LocalBackend
 from horus_airflow.backends.local import LaunchedJob
 from horus_airflow.errors import InvalidJobError
-from horus_airflow.features import GraphFeatures
-from horus_airflow.features.gpus import gpu_spec
-from horus_airflow.interference import signature
 from horus_airflow.jobs import JobSpec, require_trainer
-from horus_airflow.placement import load_profile
 from horus_airflow.predictor import Demand, GpuDemand
-from horus_airflow.registry import (
-    OWNER_TAG,
-    ProfilingRecord,
-    load_interference,
-    load_predictor,
-    log_profiling_run,
-)
+from horus_airflow.registry import OWNER_TAG, ProfilingRecord, log_profiling_run
+from horus_airflow.service import Planned, PlacementService
 from horus_airflow.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -49,15 +41,6 @@ class JobOutcome:
     placement_s: float
 
 
-def predict_demand(
-    spec: JobSpec, job_id: str, gpu_types: list[str], settings: Settings
-) -> tuple[GraphFeatures, Demand]:
-    """Features of the job's graph, then the champion predictor's (or the prior's) demand per GPU type."""
-    features = spec.features()
-    demand = load_predictor(settings).predict(job_id, features, spec.gpus, [gpu_spec(t) for t in gpu_types])
-    return features, replace(demand, signature=signature(features))
-
-
 def training_command(spec: JobSpec) -> list[str]:
     """The user's command, or the built-in trainer for a catalog model or a user's module."""
     if spec.command:
@@ -74,24 +57,6 @@ def training_command(spec: JobSpec) -> list[str]:
     return command
 
 
-@dataclass(frozen=True)
-class _Prepared:
-    """A job checked and predicted, before anything is reserved."""
-
-    spec: JobSpec
-    job_id: str
-    command: list[str]
-    features: GraphFeatures
-    demand: Demand
-
-
-def _prepare(spec: JobSpec, backend: LocalBackend, settings: Settings) -> _Prepared:
-    job_id = f"{spec.display_name}-{uuid.uuid4().hex[:8]}"
-    command = training_command(spec)
-    features, demand = predict_demand(spec, job_id, sorted({g.gpu_type for g in backend.gpus}), settings)
-    return _Prepared(spec, job_id, command, features, demand)
-
-
 def run_job(
     spec: JobSpec,
     settings: Settings,
@@ -100,18 +65,18 @@ def run_job(
     placement_timeout_s: float = 600.0,
     context_tags: dict[str, str] | None = None,
     on_launch: Callable[[LaunchedJob], None] | None = None,
+    backend: LocalBackend | None = None,
 ) -> JobOutcome:
     """Run one job end to end. Bad input fails before anything is reserved or logged; once a GPU is
     reserved it is released whatever happens."""
-    profile = load_profile(profile_name or settings.profile)
-    backend = LocalBackend(settings)
-    job = _prepare(spec, backend, settings)
-    interference, interference_label = load_interference(settings)
-    _clear_dead_tries(backend, owner)
-    acquired = acquire(backend, job.demand, profile, owner, placement_timeout_s, interference)
+    backend = backend or LocalBackend(settings)
+    service = PlacementService(settings, profile_name, backend)
+    command = training_command(spec)
+    job = service.plan(spec, f"{spec.display_name}-{uuid.uuid4().hex[:8]}", [g.gpu_type for g in backend.gpus])
+    acquired = service.book(job.demand, owner, placement_timeout_s)
     log.info("placed %s: %s", job.job_id, acquired.decision.reason)
-    [outcome] = _run_together([job], backend, acquired, settings,
-                              {"horus.interference": interference_label, OWNER_TAG: owner, **(context_tags or {})}, on_launch)
+    tags = {"horus.interference": service.interference_label, OWNER_TAG: owner, **(context_tags or {})}
+    [outcome] = _run_together([(job, command)], backend, acquired, settings, tags, on_launch)
     return outcome
 
 
@@ -122,38 +87,33 @@ def profile_pair(
     owner: str,
     placement_timeout_s: float = 600.0,
     context_tags: dict[str, str] | None = None,
+    backend: LocalBackend | None = None,
 ) -> tuple[JobOutcome, JobOutcome]:
     """Run two jobs at once on one GPU that nobody else uses, and log each as a profiling run whose
     co-resident is the other (tags ``horus.pair_id``, ``horus.co_residents``): the measurements the
     interference model learns from. Their speeds are compared with the same jobs profiled alone."""
-    backend = LocalBackend(settings)
-    jobs = [_prepare(first, backend, settings), _prepare(second, backend, settings)]
     if first.gpus != 1 or second.gpus != 1:
         raise InvalidJobError(f"pairs are profiled on one GPU: both jobs need gpus=1, got {first.gpus} and {second.gpus}")
+    backend = backend or LocalBackend(settings)
+    service = PlacementService(settings, "exclusive", backend)
+    gpu_types = [g.gpu_type for g in backend.gpus]
+    jobs = [(service.plan(spec, f"{spec.display_name}-{uuid.uuid4().hex[:8]}", gpu_types), training_command(spec))
+            for spec in (first, second)]
     pair_id = uuid.uuid4().hex[:12]
+    demands = [job.demand for job, _ in jobs]
     combined = {
-        t: GpuDemand(sum(j.demand.on(t).util for j in jobs), sum(j.demand.on(t).util_p90 for j in jobs),
-                     sum(j.demand.on(t).mem_mib for j in jobs))
-        for t in jobs[0].demand.per_type
+        t: GpuDemand(sum(d.on(t).util for d in demands), sum(d.on(t).util_p90 for d in demands), sum(d.on(t).mem_mib for d in demands))
+        for t in demands[0].per_type
     }
-    demand = Demand(f"pair-{pair_id}", 1, combined, predictor=jobs[0].demand.predictor)
-    _clear_dead_tries(backend, owner)
-    acquired = acquire(backend, demand, load_profile("exclusive"), owner, placement_timeout_s)
+    acquired = service.book(Demand(f"pair-{pair_id}", 1, combined, predictor=demands[0].predictor), owner, placement_timeout_s)
     log.info("pair %s placed: %s", pair_id, acquired.decision.reason)
     first_outcome, second_outcome = _run_together(jobs, backend, acquired, settings,
                                                   {"horus.pair_id": pair_id, OWNER_TAG: owner, **(context_tags or {})})
     return first_outcome, second_outcome
 
 
-def _clear_dead_tries(backend: LocalBackend, owner: str) -> None:
-    """Release the GPU booking a dead try of this task instance left (Airflow runs one try at a time, so
-    nothing of the owner's is still alive). A profiling run it was killed while logging is closed before
-    this try logs its own (:func:`log_profiling_run`)."""
-    backend.release_owner(owner)
-
-
 def _run_together(
-    jobs: list[_Prepared],
+    jobs: list[tuple[Planned, list[str]]],
     backend: LocalBackend,
     acquired: Acquired,
     settings: Settings,
@@ -165,8 +125,8 @@ def _run_together(
     placed_on = tuple(gpu for gpu in acquired.state.gpus if gpu.gpu_id in decision.gpu_ids)
     launched: list[LaunchedJob] = []
     try:
-        for job in jobs:
-            launched.append(backend.launch(job.command, reservation, settings.runs_dir / job.job_id))
+        for job, command in jobs:
+            launched.append(backend.launch(command, reservation, settings.runs_dir / job.job_id))
             if on_launch:
                 on_launch(launched[-1])
         summaries = [backend.wait(handle, reservation) for handle in launched]
@@ -178,9 +138,9 @@ def _run_together(
     finally:
         backend.release(reservation)
     outcomes = []
-    for job, summary in zip(jobs, summaries):
+    for (job, _command), summary in zip(jobs, summaries):
         predicted = job.demand.on(placed_on[0].gpu_type)
-        partners = tuple(other.job_id for other in jobs if other is not job)
+        partners = tuple(other.job_id for other, _ in jobs if other is not job)
         residents = tuple(sorted({r.job_id for gpu in placed_on for r in gpu.residents} | set(partners)))
         run_id = log_profiling_run(
             settings,

@@ -1,4 +1,4 @@
-"""What every backend offers the operator, and the place-then-reserve loop they share."""
+"""What every backend offers the placement service, and the place-then-reserve loop they share."""
 
 from __future__ import annotations
 
@@ -18,11 +18,34 @@ log = logging.getLogger(__name__)
 
 
 class Backend(Protocol):
-    def snapshot(self) -> ClusterState: ...
+    """A cluster's GPUs and its booking ledger: all the placement service needs from a backend.
 
-    def reserve(self, decision: Decision, demand: Demand, owner: str) -> Reservation: ...
+    An ``owner`` is one Airflow task instance (``dag/task/run/map_index``); it runs one try at a time.
+    """
 
-    def release(self, reservation: Reservation) -> bool: ...
+    def snapshot(self) -> ClusterState:
+        """The GPUs with their live bookings, at a ledger version ``reserve`` can check against."""
+        ...
+
+    def reserve(self, decision: Decision, demand: Demand, owner: str) -> Reservation:
+        """Book the decision's GPUs if the ledger is still at ``decision.state_version``; raise
+        :class:`~horus_airflow.errors.LedgerConflictError` otherwise."""
+        ...
+
+    def release(self, reservation: Reservation) -> bool:
+        """Idempotent: True if this call released it."""
+        ...
+
+    def release_owner(self, owner: str) -> int:
+        """Release everything ``owner`` holds (its task ended); idempotent. Returns how many."""
+        ...
+
+    def reclaim(self, owner: str) -> int:
+        """Before a new try of ``owner`` books: deal with what its earlier tries left. Returns how many
+        bookings were released. Where a dead try's job died with it (local), its booking is released;
+        where the job may still run and the new try re-attaches to it (a pod), it is kept and
+        ``reserve`` hands it back."""
+        ...
 
 
 @dataclass(frozen=True)

@@ -476,6 +476,12 @@ class KubernetesBackend:
         """Release every reservation of an owner (a task instance); idempotent."""
         return self._remove(lambda _rid, entry: entry is not None and entry.owner == owner)
 
+    def reclaim(self, owner: str) -> int:
+        """Keep an earlier try's booking: its pod may still run, and the new try re-attaches to it
+        (``reattach_on_restart``); :meth:`write_entry` hands that booking back. Reconciliation drops it
+        once its pod is gone."""
+        return 0
+
     def _remove(self, match: Callable[[str, LedgerEntry | None], bool]) -> int:
         for _ in range(self.options.attempts * 4):
             ledger = self._read_ledger()

@@ -126,9 +126,12 @@ replace(gpu, residents=tuple(residents.get(gpu.gpu_id, ()))) for gpu in self.gpu
         return self.ledger.release(reservation.reservation_id, self.clock())
 
     def release_owner(self, owner: str) -> int:
-        """Release what an earlier try of ``owner`` still holds. An owner is one task instance, which runs
-        one try at a time, so such a booking is a dead try's: its job was stopped with its launcher
-        (``horus run --launcher-pid``), and waiting for its lease to expire would only hold a free GPU."""
+        return len(self.ledger.release_owner(owner, self.clock()))
+
+    def reclaim(self, owner: str) -> int:
+        """Release what an earlier try of ``owner`` still holds. An owner runs one try at a time, so such
+        a booking is a dead try's: its job was stopped with its launcher (``horus run --launcher-pid``),
+        and waiting for its lease to expire would only hold a free GPU."""
         released = self.ledger.release_owner(owner, self.clock())
         if released:
             log.warning("released %d reservation(s) of an earlier try of %s: %s", len(released), owner, ", ".join(released))

@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # the placer, predictor and registry are imported when a task
     from horus_airflow.backends.kubernetes import KubernetesBackend, LedgerEntry
     from horus_airflow.placement import ClusterState, Decision, GpuState
     from horus_airflow.predictor import Demand
+    from horus_airflow.service import PlacementService
 
 log = logging.getLogger(__name__)
 
@@ -150,27 +151,27 @@ class HorusKubernetesPodOperator(KubernetesPodOperator):
         first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return KubernetesConfigError(f"kubeconfig {where} does not work: {first_line}")
 
+    def _service(self, backend: KubernetesBackend | None = None) -> PlacementService:
+        from horus_airflow.service import PlacementService
+
+        return PlacementService(self._settings, self.profile, backend)
+
     def _place(self, pod: k8s.V1Pod, spec: JobSpec, context: Context) -> k8s.V1Pod:
-        from horus_airflow.backends import acquire
         from horus_airflow.backends.binding import GpuTarget, binding
         from horus_airflow.backends.kubernetes import BOOKING_ANNOTATION, RESERVATION_LABEL
-        from horus_airflow.pipeline import predict_demand
-        from horus_airflow.placement import load_profile
-        from horus_airflow.registry import load_interference
 
         ti = context["ti"]
         self._owner = task_owner(ti)
-        backend, settings = self._backend, self._settings
+        backend = self._backend
         first = backend.snapshot()
         if not first.gpus:
             raise AirflowException(
                 "no GPU nodes found: Horus reads nodes labelled nvidia.com/gpu.product, nvidia.com/gpu.count and "
                 "nvidia.com/gpu.memory by NVIDIA GPU feature discovery (docs/KUBERNETES.md)"
             )
-        _features, demand = predict_demand(spec, pod.metadata.name, sorted({g.gpu_type for g in first.gpus}), settings)
-        interference, interference_label = load_interference(settings)
-        profile = load_profile(self.profile or settings.profile)
-        acquired = acquire(backend, demand, profile, self._owner, self.placement_timeout, interference, state=first)
+        service = self._service(backend)
+        demand = service.plan(spec, pod.metadata.name, [g.gpu_type for g in first.gpus]).demand
+        acquired = service.book(demand, self._owner, self.placement_timeout, state=first)
         try:
             entry = backend.entry_of(acquired.reservation)
             placed = self._placed_gpus(entry, acquired.state)
@@ -178,7 +179,7 @@ class HorusKubernetesPodOperator(KubernetesPodOperator):
             target = GpuTarget(placed[0].node, tuple(g.index for g in placed), bool(co_residents))
             binding(self.binding).apply(pod, target, self.base_container_name)
             pod.metadata.labels[RESERVATION_LABEL] = entry.reservation_id
-            annotations = self._annotations(acquired.decision, demand, placed, interference_label)
+            annotations = self._annotations(acquired.decision, demand, placed, service.interference_label)
             annotations[BOOKING_ANNOTATION] = entry.to_json()
             annotations[CO_RESIDENTS_ANNOTATION] = ",".join(co_residents)
             pod.metadata.annotations = {**(pod.metadata.annotations or {}), **annotations}
@@ -203,25 +204,22 @@ class HorusKubernetesPodOperator(KubernetesPodOperator):
 
     def _place_dry(self, pod: k8s.V1Pod, spec: JobSpec) -> k8s.V1Pod:
         from horus_airflow.backends.binding import GpuTarget, binding
-        from horus_airflow.pipeline import predict_demand
-        from horus_airflow.placement import ClusterState, load_profile, place
-        from horus_airflow.registry import load_interference
+        from horus_airflow.placement import ClusterState
 
         if not self.dry_run_state:
             pod.metadata.annotations = {**(pod.metadata.annotations or {}), "horus.ai/placement-reason": "dry run without dry_run_state: not placed"}
             return pod
         state = ClusterState.from_dict(json.loads(Path(self.dry_run_state).read_text()))
-        settings = self._settings
-        _features, demand = predict_demand(spec, pod.metadata.name, sorted({g.gpu_type for g in state.gpus}), settings)
-        interference, interference_label = load_interference(settings)
-        decision = place(demand, state, load_profile(self.profile or settings.profile), interference)
+        service = self._service()
+        demand = service.plan(spec, pod.metadata.name, [g.gpu_type for g in state.gpus]).demand
+        decision = service.decide(demand, state)
         if not decision.placed:
             raise AirflowException(f"dry run: {decision.reason}")
         by_id = {g.gpu_id: g for g in state.gpus}
         placed = [by_id[g] for g in decision.gpu_ids]
         target = GpuTarget(placed[0].node, tuple(g.index for g in placed), any(g.residents for g in placed))
         binding(self.binding).apply(pod, target, self.base_container_name)
-        pod.metadata.annotations = {**(pod.metadata.annotations or {}), **self._annotations(decision, demand, placed, interference_label)}
+        pod.metadata.annotations = {**(pod.metadata.annotations or {}), **self._annotations(decision, demand, placed, service.interference_label)}
         return pod
 
     def _annotations(self, decision: Decision, demand: Demand, placed: list[GpuState], interference: str) -> dict[str, str]:
@@ -284,35 +282,40 @@ class HorusKubernetesPodOperator(KubernetesPodOperator):
     def _log_profiling_run(self, remote_pod: k8s.V1Pod | None, context: Context) -> None:
         """A profiling run for the pod: job, features, prediction and placement (from the pod's own
         annotations, so the deferrable path has them too). GPU metrics are not measured here; `horus
-        telemetry import` adds the DCGM exporter's to this very run (it finds it by ``horus.pod``)."""
+        telemetry import` adds the DCGM exporter's to this very run (it finds it by ``horus.pod``).
+
+        As on the local backend, a run that cannot be logged fails the task (after its GPUs are
+        released): the run is the only record of the job's prediction and placement, and retraining
+        learns from it, so losing it quietly is worse than a retry."""
         from horus_airflow.backends.kubernetes import BOOKING_ANNOTATION, LedgerEntry
+        from horus_airflow.registry import OWNER_TAG
         from horus_airflow.registry.profiling import log_pod_run
 
         annotations = (remote_pod.metadata.annotations or {}) if remote_pod is not None and remote_pod.metadata else {}
         if BOOKING_ANNOTATION not in annotations:
             return
+        entry = LedgerEntry.from_json(annotations[BOOKING_ANNOTATION])
+        phase = remote_pod.status.phase if remote_pod.status else None
+        exit_code = 0 if phase == "Succeeded" else (1 if phase == "Failed" else -1)
+        ti = context["ti"]
+        tags = {
+            "horus.source": "kubernetes",
+            "horus.pod": f"{remote_pod.metadata.namespace}/{remote_pod.metadata.name}",
+            "horus.reservation_id": entry.reservation_id,
+            "horus.placement.reason": annotations.get("horus.ai/placement-reason", ""),
+            "horus.placement.profile": annotations.get("horus.ai/profile", ""),
+            "horus.interference": annotations.get("horus.ai/interference", ""),
+            "airflow.dag_id": ti.dag_id, "airflow.task_id": ti.task_id, "airflow.run_id": ti.run_id,
+            "airflow.try_number": str(ti.try_number), OWNER_TAG: task_owner(ti),
+        }
+        spec = self._job_spec()
         try:
-            entry = LedgerEntry.from_json(annotations[BOOKING_ANNOTATION])
-            phase = remote_pod.status.phase if remote_pod.status else None
-            exit_code = 0 if phase == "Succeeded" else (1 if phase == "Failed" else -1)
-            ti = context["ti"]
-            tags = {
-                "horus.source": "kubernetes",
-                "horus.pod": f"{remote_pod.metadata.namespace}/{remote_pod.metadata.name}",
-                "horus.reservation_id": entry.reservation_id,
-                "horus.placement.reason": annotations.get("horus.ai/placement-reason", ""),
-                "horus.placement.profile": annotations.get("horus.ai/profile", ""),
-                "horus.interference": annotations.get("horus.ai/interference", ""),
-                "airflow.dag_id": ti.dag_id, "airflow.task_id": ti.task_id, "airflow.run_id": ti.run_id,
-                "airflow.try_number": str(ti.try_number),
-            }
-            spec = self._job_spec()
             run_id = log_pod_run(self._settings, spec, spec.features(), entry.bookings, annotations.get("horus.ai/gpu-type", ""),
                                  annotations.get("horus.ai/predictor", "prior"), annotations.get(CO_RESIDENTS_ANNOTATION, ""),
                                  annotations.get("horus.ai/explanation", "{}"), exit_code, tags)
-            log.info("profiling run %s logged for pod %s", run_id, tags["horus.pod"])
-        except Exception as exc:  # noqa: BLE001 - the task's outcome must not depend on MLflow being up
-            log.warning("no profiling run logged for pod %s: %s", remote_pod.metadata.name if remote_pod is not None else "?", exc)
+        except HorusError as exc:
+            raise AirflowException(f"pod {tags['horus.pod']} ran, but its profiling run was not logged: {exc}") from exc
+        log.info("profiling run %s logged for pod %s", run_id, tags["horus.pod"])
 
     def execute_async(self, context: Context) -> None:
         try:

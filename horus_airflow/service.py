@@ -1,0 +1,85 @@
+"""Predict, place, book: the one sequence behind both operators and the ``horus place`` command.
+
+Every door into the placer goes through :class:`PlacementService`, so a job is predicted, placed and
+booked the same way whether a local task, a Kubernetes pod or the CLI asked. The service owns the
+models a decision needs (the placement profile, the champion predictor through :func:`predict_demand`,
+the interference champion) and talks to the cluster only through the :class:`~horus_airflow.backends.Backend`
+protocol.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import cached_property
+from typing import TYPE_CHECKING, Sequence
+
+from horus_airflow.backends.base import Acquired, Backend, acquire
+from horus_airflow.features.gpus import gpu_spec
+from horus_airflow.interference import InterferenceModel, signature
+from horus_airflow.jobs import JobSpec
+from horus_airflow.placement import ClusterState, Decision, Profile, load_profile, place
+from horus_airflow.predictor import Demand
+from horus_airflow.registry import load_interference, load_predictor
+from horus_airflow.settings import Settings
+
+if TYPE_CHECKING:
+    from horus_airflow.features import GraphFeatures
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A job checked and predicted, before anything is booked."""
+
+    spec: JobSpec
+    job_id: str
+    features: GraphFeatures
+    demand: Demand
+
+
+def predict_demand(spec: JobSpec, job_id: str, gpu_types: Sequence[str], settings: Settings) -> tuple[GraphFeatures, Demand]:
+    """Features of the job's graph, then the champion predictor's (or the prior's) demand per GPU type."""
+    features = spec.features()
+    demand = load_predictor(settings).predict(job_id, features, spec.gpus, [gpu_spec(t) for t in gpu_types])
+    return features, replace(demand, signature=signature(features))
+
+
+class PlacementService:
+    """One profile, the registered models and (for booking) a backend.
+
+    ``decide`` places without booking (dry runs, ``horus place``); ``book`` places and books, deciding
+    again on ledger conflicts and waiting while the GPUs are busy. A demand that cannot fit even on the
+    idle cluster fails at once (:class:`~horus_airflow.errors.NoPlacementError`) instead of waiting.
+    """
+
+    def __init__(self, settings: Settings, profile: str | Profile | None = None, backend: Backend | None = None) -> None:
+        self.settings = settings
+        self.profile = profile if isinstance(profile, Profile) else load_profile(profile or settings.profile)
+        self.backend = backend
+
+    @cached_property
+    def _interference(self) -> tuple[InterferenceModel, str]:
+        return load_interference(self.settings)
+
+    @property
+    def interference(self) -> InterferenceModel:
+        return self._interference[0]
+
+    @property
+    def interference_label(self) -> str:
+        """The interference model's registered version, or why the proxy stands in."""
+        return self._interference[1]
+
+    def plan(self, spec: JobSpec, job_id: str, gpu_types: Sequence[str]) -> Planned:
+        features, demand = predict_demand(spec, job_id, sorted(set(gpu_types)), self.settings)
+        return Planned(spec, job_id, features, demand)
+
+    def decide(self, demand: Demand, state: ClusterState) -> Decision:
+        return place(demand, state, self.profile, self.interference)
+
+    def book(self, demand: Demand, owner: str, timeout_s: float, state: ClusterState | None = None) -> Acquired:
+        """Make the owner's earlier tries safe (:meth:`Backend.reclaim`), then place and book.
+        ``state`` is a snapshot the caller already read, decided on first."""
+        if self.backend is None:
+            raise TypeError("this PlacementService has no backend to book on; give one, or use decide()")
+        self.backend.reclaim(owner)
+        return acquire(self.backend, demand, self.profile, owner, timeout_s, self.interference, state=state)
