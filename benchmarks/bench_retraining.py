@@ -42,7 +42,7 @@ def main() -> None:
     from horus_airflow.features.graph import GraphFeatures
     from horus_airflow.predictor.dataset import ValidatedData, read_training_data
     from horus_airflow.registry import retraining as R
-    from horus_airflow.registry.profiling import PROFILING_EXPERIMENT
+    from horus_airflow.registry.schema import Experiment
     from horus_airflow.registry.store import client, experiment_id
     from horus_airflow.settings import Settings
 
@@ -73,7 +73,7 @@ def main() -> None:
     baseline = pipeline(seed)
 
     mlflow_client = client(settings)
-    experiment = experiment_id(mlflow_client, settings, PROFILING_EXPERIMENT)
+    experiment = experiment_id(mlflow_client, settings, Experiment.PROFILING)
     start = time.perf_counter()
     records = seed.reset_index(drop=True)
     for i in range(args.runs):

@@ -51,6 +51,7 @@ def main() -> int:
     from horus_airflow.jobs import JobSpec
     from horus_airflow.pipeline import profile_pair, run_job
     from horus_airflow.registry.retraining import all_profiling_runs, extract
+    from horus_airflow.registry.schema import Tag
     from horus_airflow.settings import Settings
     from horus_airflow.telemetry import nvml
 
@@ -72,7 +73,7 @@ def main() -> int:
             skipped += 1
             continue
         try:
-            outcome = run_job(spec, settings, owner="campaign", profile_name="exclusive", context_tags={"horus.campaign": "catalog"})
+            outcome = run_job(spec, settings, owner="campaign", profile_name="exclusive", context_tags={Tag.CAMPAIGN: "catalog"})
             if outcome.exit_code == 0:
                 done.append(spec)
             else:
@@ -86,7 +87,7 @@ def main() -> int:
             skipped += 1
             continue
         try:
-            profile_pair(first, second, settings, owner="campaign", context_tags={"horus.campaign": "catalog"})
+            profile_pair(first, second, settings, owner="campaign", context_tags={Tag.CAMPAIGN: "catalog"})
         except HorusError as exc:
             failures[f"{first.display_name}+{second.display_name}"] = str(exc)
     extracted = extract(all_profiling_runs(settings))

@@ -20,6 +20,7 @@ from typing import Any
 from airflow.sdk import DAG, Param, get_current_context, task
 
 from horus_airflow.operators.owner import task_owner
+from horus_airflow.registry.schema import Tag
 
 WORKLOADS = ["resnet18:32@cifar10", "mobilenet_v3_small:64@cifar10", "lstm_lm:16@wikitext2", "mlp:64@mnist"]
 PAIRS = ["resnet18:32@cifar10+lstm_lm:16@wikitext2", "mobilenet_v3_small:64@cifar10+mlp:64@mnist"]
@@ -28,8 +29,8 @@ PAIRS = ["resnet18:32@cifar10+lstm_lm:16@wikitext2", "mobilenet_v3_small:64@cifa
 def _owner_and_tags() -> tuple[str, dict[str, str]]:
     ti = get_current_context()["ti"]
     owner = task_owner(ti)
-    tags = {"airflow.dag_id": ti.dag_id, "airflow.task_id": ti.task_id, "airflow.run_id": ti.run_id,
-            "airflow.map_index": str(ti.map_index), "horus.campaign": ti.run_id}
+    tags = {Tag.AIRFLOW_DAG_ID: ti.dag_id, Tag.AIRFLOW_TASK_ID: ti.task_id, Tag.AIRFLOW_RUN_ID: ti.run_id,
+            Tag.AIRFLOW_MAP_INDEX: str(ti.map_index), Tag.CAMPAIGN: ti.run_id}
     return owner, tags
 
 

@@ -380,7 +380,7 @@ def _simulate(args: argparse.Namespace) -> int:
     from horus_airflow.simulator.engine import Cluster
     from horus_airflow.simulator.metrics import comparison_table
     from horus_airflow.simulator.report import log_simulation, plot, write_json
-    from horus_airflow.registry.versions import quick_http
+    from horus_airflow.registry.store import QUICK, http_policy
     from horus_airflow.simulator.runner import run_simulation
 
     report = run_simulation(
@@ -402,7 +402,7 @@ def _simulate(args: argparse.Namespace) -> int:
         return 0
     settings = Settings.from_env()
     try:
-        with quick_http():  # an unreachable server must not hold the results for minutes of retries
+        with http_policy(QUICK):  # an unreachable server must not hold the results for minutes of retries
             run_id = log_simulation(settings, report)
     except Exception as exc:  # noqa: BLE001 (connection errors surface as requests/urllib3 types)
         print(f"horus simulate: error: the results above were NOT logged to MLflow at {settings.mlflow_tracking_uri} "

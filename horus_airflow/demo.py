@@ -13,6 +13,7 @@ from pathlib import Path
 from horus_airflow.registry import profiling_runs
 from horus_airflow.registry.bootstrap import bootstrap
 from horus_airflow.settings import Settings
+from horus_airflow.registry.schema import Metric, Param, Tag
 
 log = logging.getLogger(__name__)
 
@@ -70,26 +71,26 @@ def summary_table(settings: Settings, airflow_run_id: str) -> str:
     runs = profiling_runs(settings, airflow_run_id)
     header = ("task", "GPU", "predictor", "pred util %", "pred mem MiB", "measured", "MLflow run id", "reason")
     rows = [header]
-    for run in sorted(runs, key=lambda r: r.data.tags.get("airflow.task_id", "")):
+    for run in sorted(runs, key=lambda r: r.data.tags.get(Tag.AIRFLOW_TASK_ID, "")):
         tags, params, metrics = run.data.tags, run.data.params, run.data.metrics
-        gpu = f"{tags['horus.gpu_ids']} {tags['horus.gpu_type']}"
-        if tags.get("horus.gpu_declared") == "true":
+        gpu = f"{tags[Tag.GPU_IDS]} {tags[Tag.GPU_TYPE]}"
+        if tags.get(Tag.GPU_DECLARED) == "true":
             gpu += " (declared)"
         measured = (
-            f"util {metrics['gpu_util_mean']:.0f}%" if "gpu_util_mean" in metrics else "no GPU metric"
+            f"util {metrics[Metric.GPU_UTIL_MEAN]:.0f}%" if Metric.GPU_UTIL_MEAN in metrics else "no GPU metric"
         )
-        if "job.throughput_samples_per_s" in metrics:
-            measured += f", {metrics['job.throughput_samples_per_s']:.0f} samples/s"
+        if Metric.THROUGHPUT in metrics:
+            measured += f", {metrics[Metric.THROUGHPUT]:.0f} samples/s"
         rows.append(
             (
-                tags.get("airflow.task_id", run.info.run_name),
+                tags.get(Tag.AIRFLOW_TASK_ID, run.info.run_name),
                 gpu,
-                tags["horus.predictor"],
-                f"{float(params['predicted.gpu_util']):.0f}",
-                params["predicted.gpu_mem_mib"],
+                tags[Tag.PREDICTOR],
+                f"{float(params[Param.PREDICTED_UTIL]):.0f}",
+                params[Param.PREDICTED_MEM_MIB],
                 measured,
                 run.info.run_id,
-                tags["horus.placement.reason"],
+                tags[Tag.PLACEMENT_REASON],
             )
         )
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(header) - 1)]

@@ -15,9 +15,10 @@ from horus_airflow.backends.local import LaunchedJob
 from horus_airflow.errors import InvalidJobError
 from horus_airflow.jobs import JobSpec, require_trainer
 from horus_airflow.predictor import Demand, GpuDemand
-from horus_airflow.registry import OWNER_TAG, ProfilingRecord, log_profiling_run
+from horus_airflow.registry import ProfilingRecord, log_profiling_run
 from horus_airflow.service import Planned, PlacementService
 from horus_airflow.settings import Settings
+from horus_airflow.registry.schema import Tag
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,7 @@ def run_job(
     job = service.plan(spec, f"{spec.display_name}-{uuid.uuid4().hex[:8]}", [g.gpu_type for g in backend.gpus])
     acquired = service.book(job.demand, owner, placement_timeout_s)
     log.info("placed %s: %s", job.job_id, acquired.decision.reason)
-    tags = {"horus.interference": service.interference_label, OWNER_TAG: owner, **(context_tags or {})}
+    tags = {"horus.interference": service.interference_label, Tag.OWNER: owner, **(context_tags or {})}
     [outcome] = _run_together([(job, command)], backend, acquired, settings, tags, on_launch)
     return outcome
 
@@ -108,7 +109,7 @@ def profile_pair(
     acquired = service.book(Demand(f"pair-{pair_id}", 1, combined, predictor=demands[0].predictor), owner, placement_timeout_s)
     log.info("pair %s placed: %s", pair_id, acquired.decision.reason)
     first_outcome, second_outcome = _run_together(jobs, backend, acquired, settings,
-                                                  {"horus.pair_id": pair_id, OWNER_TAG: owner, **(context_tags or {})})
+                                                  {"horus.pair_id": pair_id, Tag.OWNER: owner, **(context_tags or {})})
     return first_outcome, second_outcome
 
 
@@ -145,7 +146,7 @@ def _run_together(
         run_id = log_profiling_run(
             settings,
             ProfilingRecord(job.spec, job.features, predicted, job.demand.predictor, decision, placed_on, summary,
-                            settings.runs_dir / job.job_id, {**tags, "horus.reservation_id": reservation.reservation_id},
+                            settings.runs_dir / job.job_id, {**tags, Tag.RESERVATION_ID: reservation.reservation_id},
                             co_residents=residents),
         )
         outcomes.append(JobOutcome(

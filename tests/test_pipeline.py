@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 import pytest
+from mlflow.entities import Run
 
 from horus_airflow.backends import SqliteLedger
 from horus_airflow.backends.ledger import Booking
@@ -14,13 +15,11 @@ from horus_airflow.jobs import JobSpec
 from horus_airflow.pipeline import run_job
 from horus_airflow.predictor.dataset import read_training_data
 from horus_airflow.registry import (
-    OWNER_TAG,
-    PROFILING_EXPERIMENT,
     client,
     experiment_id,
     train_predictor,
 )
-from horus_airflow.registry.profiling import LOGGING_ERROR_TAG
+from horus_airflow.registry.schema import Experiment, Metric, Param, Tag
 from horus_airflow.settings import Settings
 
 
@@ -72,6 +71,17 @@ def test_a_job_sharing_a_gpu_records_its_co_residents(horus_home: Path, monkeypa
     assert run.data.tags["horus.co_residents"] == "neighbour"
     assert "shares with 1 job(s)" in run.data.tags["horus.placement.reason"]
     assert [r.job_id for r in ledger.active(now=time.time())[1]["local/0"]] == ["neighbour"]
+    _only_schema_names(run)
+
+
+def _only_schema_names(run: Run) -> None:
+    """Every name a profiling run carries is one the run schema lists (so readers can rely on it)."""
+    def names(group: type) -> set[str]:
+        return {v for k, v in vars(group).items() if k.isupper()}
+
+    assert {k for k in run.data.tags if not k.startswith("mlflow.")} <= names(Tag)
+    assert {k for k in run.data.params if not k.startswith(Param.FEATURE_PREFIX)} <= names(Param)
+    assert {k for k in run.data.metrics if not k.startswith(Metric.JOB_PREFIX)} >= {Metric.DURATION_S}
 
 
 def test_a_retry_closes_the_run_its_killed_try_left_half_written(horus_home: Path) -> None:
@@ -79,15 +89,15 @@ def test_a_retry_closes_the_run_its_killed_try_left_half_written(horus_home: Pat
     the same task instance marks it FAILED with the reason, and leaves other tasks' runs alone."""
     settings = Settings.from_env()
     mlflow = client(settings)
-    experiment = experiment_id(mlflow, settings, PROFILING_EXPERIMENT)
-    killed = mlflow.create_run(experiment, tags={OWNER_TAG: "dag/train/run/0", "airflow.try_number": "1"}).info.run_id
-    sibling = mlflow.create_run(experiment, tags={OWNER_TAG: "dag/train/run/1", "airflow.try_number": "1"}).info.run_id
+    experiment = experiment_id(mlflow, settings, Experiment.PROFILING)
+    killed = mlflow.create_run(experiment, tags={Tag.OWNER: "dag/train/run/0", "airflow.try_number": "1"}).info.run_id
+    sibling = mlflow.create_run(experiment, tags={Tag.OWNER: "dag/train/run/1", "airflow.try_number": "1"}).info.run_id
     outcome = run_job(JobSpec(model="mlp", batch_size=8, steps=2), settings, owner="dag/train/run/0")
     assert mlflow.get_run(killed).info.status == "FAILED"
-    assert "ended before closing it" in mlflow.get_run(killed).data.tags[LOGGING_ERROR_TAG]
+    assert "ended before closing it" in mlflow.get_run(killed).data.tags[Tag.LOGGING_ERROR]
     assert mlflow.get_run(sibling).info.status == "RUNNING"
     retry = mlflow.get_run(outcome.mlflow_run_id)
-    assert retry.info.status == "FINISHED" and retry.data.tags[OWNER_TAG] == "dag/train/run/0"
+    assert retry.info.status == "FINISHED" and retry.data.tags[Tag.OWNER] == "dag/train/run/0"
 
 
 def test_an_onnx_model_without_a_command_fails_before_anything_is_reserved(horus_home: Path, tmp_path: Path) -> None:

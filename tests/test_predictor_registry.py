@@ -18,8 +18,8 @@ from horus_airflow.predictor.dataset import TrainingDataError, read_training_dat
 from horus_airflow.predictor.model import TrainedPredictor
 from horus_airflow.registry import (
     CHAMPION,
+    Experiment,
     PREDICTOR_MODEL,
-    TRAINING_EXPERIMENT,
     client,
     load_predictor,
     promote,
@@ -65,7 +65,7 @@ def test_bad_training_data_logs_and_registers_nothing(horus_home: Path) -> None:
     with pytest.raises(TrainingDataError):
         validate(pd.DataFrame({"origin": ["x"]}))
     mlflow = client(settings)
-    experiment = mlflow.get_experiment_by_name(TRAINING_EXPERIMENT)
+    experiment = mlflow.get_experiment_by_name(Experiment.PREDICTOR_TRAINING)
     assert experiment is None or mlflow.search_runs([experiment.experiment_id]) == []
     assert mlflow.search_registered_models() == []
 

@@ -282,7 +282,8 @@ def test_a_profiling_run_whose_artifacts_are_refused_is_failed_with_its_reason(
     from horus_airflow.errors import ProfilingLogError
     from horus_airflow.features.gpus import gpu_spec
     from horus_airflow.placement import GpuState
-    from horus_airflow.registry.profiling import LOGGING_ERROR_TAG, ProfilingRecord, log_profiling_run
+    from horus_airflow.registry.schema import Tag
+    from horus_airflow.registry.profiling import ProfilingRecord, log_profiling_run
     from horus_airflow.registry.retraining import all_profiling_runs
     from horus_airflow.settings import Settings
 
@@ -298,7 +299,7 @@ def test_a_profiling_run_whose_artifacts_are_refused_is_failed_with_its_reason(
     with pytest.raises(ProfilingLogError, match=f"No space left on device.*kept in {run_dir}"):
         log_profiling_run(Settings.from_env(), record)
     [logged] = all_profiling_runs(Settings.from_env())
-    assert logged.info.status == "FAILED" and "No space left on device" in logged.data.tags[LOGGING_ERROR_TAG]
+    assert logged.info.status == "FAILED" and "No space left on device" in logged.data.tags[Tag.LOGGING_ERROR]
     assert logged.data.metrics["duration_s"] == 10.0 and logged.data.metrics["samples"] == 50  # what was acknowledged is kept
 
 
@@ -313,13 +314,8 @@ def test_a_retry_closes_its_killed_trys_run_before_logging_its_own(
     from horus_airflow.errors import ProfilingLogError
     from horus_airflow.features.gpus import gpu_spec
     from horus_airflow.placement import GpuState
-    from horus_airflow.registry.profiling import (
-        LOGGING_ERROR_TAG,
-        OWNER_TAG,
-        PROFILING_EXPERIMENT,
-        ProfilingRecord,
-        log_profiling_run,
-    )
+    from horus_airflow.registry.profiling import ProfilingRecord, log_profiling_run
+    from horus_airflow.registry.schema import Experiment, Tag
     from horus_airflow.registry.retraining import all_profiling_runs
     from horus_airflow.registry.store import client, experiment_id
     from horus_airflow.settings import Settings
@@ -327,14 +323,14 @@ def test_a_retry_closes_its_killed_trys_run_before_logging_its_own(
     settings = Settings.from_env()
     mlflow = client(settings)
     owner = "dag/train/manual__1/-1"
-    killed = mlflow.create_run(experiment_id(mlflow, settings, PROFILING_EXPERIMENT), tags={OWNER_TAG: owner}).info.run_id
-    other = mlflow.create_run(experiment_id(mlflow, settings, PROFILING_EXPERIMENT),
-                              tags={OWNER_TAG: "dag/train/manual__2/-1"}).info.run_id  # another task instance, still logging
+    killed = mlflow.create_run(experiment_id(mlflow, settings, Experiment.PROFILING), tags={Tag.OWNER: owner}).info.run_id
+    other = mlflow.create_run(experiment_id(mlflow, settings, Experiment.PROFILING),
+                              tags={Tag.OWNER: "dag/train/manual__2/-1"}).info.run_id  # another task instance, still logging
     run_dir = tmp_path / "job"
     run_dir.mkdir()
     gpu = GpuState("n/0", "n", 0, "a100-80gb", gpu_spec("a100-80gb").memory_mib)
     record = ProfilingRecord(None, None, None, "prior", None, (gpu,), RunSummary(0, 10.0, 50, False, 90.0, 500.0), run_dir,
-                             {OWNER_TAG: owner}, co_residents=())
+                             {Tag.OWNER: owner}, co_residents=())
 
     real_search = MlflowClient.search_runs
 
@@ -349,6 +345,6 @@ def test_a_retry_closes_its_killed_trys_run_before_logging_its_own(
 
     logged = log_profiling_run(settings, record)
     runs = {r.info.run_id: r for r in all_profiling_runs(settings)}
-    assert runs[killed].info.status == "FAILED" and "a later try of the same task closed it" in runs[killed].data.tags[LOGGING_ERROR_TAG]
+    assert runs[killed].info.status == "FAILED" and "a later try of the same task closed it" in runs[killed].data.tags[Tag.LOGGING_ERROR]
     assert runs[logged].info.status == "FINISHED"
     assert runs[other].info.status == "RUNNING"  # not this owner's: left alone

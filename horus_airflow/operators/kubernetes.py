@@ -28,6 +28,7 @@ from horus_airflow.jobs import JobSpec
 from horus_airflow.operators.checks import check_job, check_placement_timeout, check_profile
 from horus_airflow.operators.owner import task_owner
 from horus_airflow.settings import Settings
+from horus_airflow.registry.schema import Tag
 
 if TYPE_CHECKING:  # the placer, predictor and registry are imported when a task runs, not when its DAG parses
     from horus_airflow.backends import Acquired
@@ -288,7 +289,6 @@ class HorusKubernetesPodOperator(KubernetesPodOperator):
         released): the run is the only record of the job's prediction and placement, and retraining
         learns from it, so losing it quietly is worse than a retry."""
         from horus_airflow.backends.kubernetes import BOOKING_ANNOTATION, LedgerEntry
-        from horus_airflow.registry import OWNER_TAG
         from horus_airflow.registry.profiling import log_pod_run
 
         annotations = (remote_pod.metadata.annotations or {}) if remote_pod is not None and remote_pod.metadata else {}
@@ -299,14 +299,14 @@ class HorusKubernetesPodOperator(KubernetesPodOperator):
         exit_code = 0 if phase == "Succeeded" else (1 if phase == "Failed" else -1)
         ti = context["ti"]
         tags = {
-            "horus.source": "kubernetes",
-            "horus.pod": f"{remote_pod.metadata.namespace}/{remote_pod.metadata.name}",
-            "horus.reservation_id": entry.reservation_id,
-            "horus.placement.reason": annotations.get("horus.ai/placement-reason", ""),
-            "horus.placement.profile": annotations.get("horus.ai/profile", ""),
-            "horus.interference": annotations.get("horus.ai/interference", ""),
-            "airflow.dag_id": ti.dag_id, "airflow.task_id": ti.task_id, "airflow.run_id": ti.run_id,
-            "airflow.try_number": str(ti.try_number), OWNER_TAG: task_owner(ti),
+            Tag.SOURCE: "kubernetes",
+            Tag.POD: f"{remote_pod.metadata.namespace}/{remote_pod.metadata.name}",
+            Tag.RESERVATION_ID: entry.reservation_id,
+            Tag.PLACEMENT_REASON: annotations.get("horus.ai/placement-reason", ""),
+            Tag.PLACEMENT_PROFILE: annotations.get("horus.ai/profile", ""),
+            Tag.INTERFERENCE: annotations.get("horus.ai/interference", ""),
+            Tag.AIRFLOW_DAG_ID: ti.dag_id, Tag.AIRFLOW_TASK_ID: ti.task_id, Tag.AIRFLOW_RUN_ID: ti.run_id,
+            Tag.AIRFLOW_TRY_NUMBER: str(ti.try_number), Tag.OWNER: task_owner(ti),
         }
         spec = self._job_spec()
         try:
@@ -314,8 +314,8 @@ class HorusKubernetesPodOperator(KubernetesPodOperator):
                                  annotations.get("horus.ai/predictor", "prior"), annotations.get(CO_RESIDENTS_ANNOTATION, ""),
                                  annotations.get("horus.ai/explanation", "{}"), exit_code, tags)
         except HorusError as exc:
-            raise AirflowException(f"pod {tags['horus.pod']} ran, but its profiling run was not logged: {exc}") from exc
-        log.info("profiling run %s logged for pod %s", run_id, tags["horus.pod"])
+            raise AirflowException(f"pod {tags[Tag.POD]} ran, but its profiling run was not logged: {exc}") from exc
+        log.info("profiling run %s logged for pod %s", run_id, tags[Tag.POD])
 
     def execute_async(self, context: Context) -> None:
         try:

@@ -7,7 +7,6 @@ from horus_airflow.registry.interference import (
 )
 from horus_airflow.registry.predictor import (
     PREDICTOR_MODEL,
-    TRAINING_EXPERIMENT,
     TrainingOutcome,
     champion_version,
     load_predictor,
@@ -15,13 +14,12 @@ from horus_airflow.registry.predictor import (
     train_predictor,
 )
 from horus_airflow.registry.profiling import (
-    OWNER_TAG,
-    PROFILING_EXPERIMENT,
     ProfilingRecord,
     close_abandoned_runs,
     log_profiling_run,
     profiling_runs,
 )
+from horus_airflow.registry.schema import Experiment, Metric, Param, Tag
 from horus_airflow.registry.store import (  # first: sets MLflow's defaults
     client,
     experiment_id,
@@ -31,12 +29,13 @@ from horus_airflow.registry.versions import CHALLENGER, CHAMPION  # noqa: I001
 __all__ = [
     "CHALLENGER",
     "CHAMPION",
+    "Experiment",
     "INTERFERENCE_MODEL",
-    "OWNER_TAG",
+    "Metric",
+    "Param",
     "PREDICTOR_MODEL",
-    "PROFILING_EXPERIMENT",
-    "TRAINING_EXPERIMENT",
     "ProfilingRecord",
+    "Tag",
     "TrainingOutcome",
     "champion_version",
     "client",

@@ -31,11 +31,11 @@ from horus_airflow.interference.pairs import DESIGN_COLUMNS, design_matrix
 from horus_airflow.registry import versions
 from horus_airflow.registry.store import logged_run
 from horus_airflow.settings import Settings
+from horus_airflow.registry.schema import Experiment, Tag
 
 log = logging.getLogger(__name__)
 
 INTERFERENCE_MODEL = "horus-interference"
-INTERFERENCE_EXPERIMENT = "horus-interference-training"
 _CURVE_FILE = "curve.json"
 
 
@@ -64,8 +64,8 @@ def train_interference(settings: Settings, pairs: pd.DataFrame, source: str, reg
     (and champion when there is none)."""
     scores = evaluate_interference(pairs)
     model = LearnedInterference().fit(pairs)
-    tags = {"horus.run_kind": "interference-training", "horus.data_source": source}
-    with logged_run(settings, INTERFERENCE_EXPERIMENT, "train-interference", tags) as run_id:
+    tags = {Tag.RUN_KIND: "interference-training", Tag.DATA_SOURCE: source}
+    with logged_run(settings, Experiment.INTERFERENCE_TRAINING, "train-interference", tags) as run_id:
         mlflow.log_params({"data.source": source, "data.pairs": len(pairs), "data.pairs_that_ran": int(pairs["fits"].sum()),
                            "data.gpu_types": ",".join(sorted(pairs["gpu_type"].unique())),
                            "data.job_types": ",".join(sorted(pairs["family_a"].unique()))})

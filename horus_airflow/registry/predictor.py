@@ -35,11 +35,11 @@ from horus_airflow.registry import versions
 from horus_airflow.registry.store import logged_run
 from horus_airflow.registry.versions import CHAMPION
 from horus_airflow.settings import Settings
+from horus_airflow.registry.schema import Experiment, Tag
 
 log = logging.getLogger(__name__)
 
 PREDICTOR_MODEL = "horus-gpu-utilization"
-TRAINING_EXPERIMENT = "horus-predictor-training"
 _META_FILE = "predictor.json"
 
 Predictor = AnalyticPrior | TrainedPredictor
@@ -80,8 +80,8 @@ def train_predictor(
     hyper = hyperparameters or Hyperparameters()
     evaluation = evaluate(data.rows, hyper, folds)
     model = UtilizationModel(hyper).fit(data.rows)
-    tags = {"horus.run_kind": "predictor-training", "horus.data_source": source}
-    with logged_run(settings, TRAINING_EXPERIMENT, "train-predictor", tags) as run_id:
+    tags = {Tag.RUN_KIND: "predictor-training", Tag.DATA_SOURCE: source}
+    with logged_run(settings, Experiment.PREDICTOR_TRAINING, "train-predictor", tags) as run_id:
         _log_training(data, source, hyper, evaluation, model)
         logged = _log_model(model, data)
     version, aliases = None, ()

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from mlflow.entities import Metric, Param, Run, RunStatus, RunTag
+from mlflow import entities
+from mlflow.entities import Run, RunStatus, RunTag
 
 from horus_airflow.backends.ledger import Booking
 from horus_airflow.errors import ProfilingLogError
@@ -26,7 +27,8 @@ from horus_airflow.features.graph import GraphFeatures
 from horus_airflow.jobs import JobSpec
 from horus_airflow.placement import Decision, GpuState
 from horus_airflow.predictor.demand import GpuDemand
-from horus_airflow.registry.store import client, experiment_id
+from horus_airflow.registry.schema import Experiment, Metric, Param, Tag, tag_equals
+from horus_airflow.registry.store import client, experiment_id, search
 from horus_airflow.settings import Settings
 from horus_airflow.telemetry import RunSummary, nvml, samples_frame
 from horus_airflow.telemetry.dcgm import ImportedJob
@@ -38,11 +40,6 @@ from horus_airflow.telemetry.wrapper import (
 )
 
 log = logging.getLogger(__name__)
-
-PROFILING_EXPERIMENT = "horus-profiling"
-LOGGING_ERROR_TAG = "horus.logging_error"
-OWNER_TAG = "horus.owner"  # the task instance that logged the run, the same for every try
-
 
 @dataclass(frozen=True)
 class ProfilingRecord:
@@ -66,15 +63,7 @@ class ProfilingRecord:
 
 def profiling_runs(settings: Settings, airflow_run_id: str) -> list[Run]:
     """The profiling runs an Airflow DAG run logged (none if nothing was ever logged)."""
-    return _search(settings, f"tags.`airflow.run_id` = '{airflow_run_id}'")
-
-
-def _search(settings: Settings, filter_string: str) -> list[Run]:
-    mlflow = client(settings)
-    experiment = mlflow.get_experiment_by_name(PROFILING_EXPERIMENT)
-    if experiment is None:
-        return []
-    return list(mlflow.search_runs([experiment.experiment_id], filter_string=filter_string))
+    return search(settings, Experiment.PROFILING, tag_equals(Tag.AIRFLOW_RUN_ID, airflow_run_id))
 
 
 def close_abandoned_runs(settings: Settings, owner: str) -> list[str]:
@@ -82,13 +71,15 @@ def close_abandoned_runs(settings: Settings, owner: str) -> list[str]:
     was killed while it logged, so the run is half-written and nothing else would close it. Airflow runs
     one try of a task instance at a time, so no run of ``owner`` is being written now. The tracking
     server gets the client's full retries; if it still cannot be reached, :class:`ProfilingLogError`."""
-    if "'" in owner:  # not expressible in an MLflow filter; Airflow's owners have none
-        raise ProfilingLogError(f"owner {owner!r} cannot be searched for in MLflow: it holds a quote")
+    try:
+        by_owner = tag_equals(Tag.OWNER, owner)
+    except ValueError as exc:  # Airflow's owners hold no quote
+        raise ProfilingLogError(f"owner {owner!r} cannot be searched for in MLflow: {exc}") from None
     mlflow = client(settings)
     try:
-        abandoned = [r.info.run_id for r in _search(settings, f"tags.`{OWNER_TAG}` = '{owner}' and attributes.status = 'RUNNING'")]
+        abandoned = [r.info.run_id for r in search(settings, Experiment.PROFILING, f"{by_owner} and attributes.status = 'RUNNING'")]
         for run_id in abandoned:
-            mlflow.set_tag(run_id, LOGGING_ERROR_TAG, "the try that logged this run ended before closing it; "
+            mlflow.set_tag(run_id, Tag.LOGGING_ERROR, "the try that logged this run ended before closing it; "
                                                       "a later try of the same task closed it")
             mlflow.set_terminated(run_id, RunStatus.to_string(RunStatus.FAILED))
     except Exception as exc:  # noqa: BLE001 (connection errors surface as requests/urllib3 types)
@@ -104,28 +95,28 @@ def close_abandoned_runs(settings: Settings, owner: str) -> list[str]:
 def log_profiling_run(settings: Settings, record: ProfilingRecord) -> str:
     """Log ``record`` as one run. A record of a task instance (tag ``horus.owner``) is logged only once the
     runs its earlier, killed tries left RUNNING are closed, so that no half-written run outlives a retry."""
-    owner = record.context_tags.get(OWNER_TAG)
+    owner = record.context_tags.get(Tag.OWNER)
     if owner is not None:
         close_abandoned_runs(settings, owner)
     mlflow = client(settings)
     name = record.run_name or (record.spec.display_name if record.spec else record.run_dir.name)
     started_ms, ended_ms = _job_times_ms(record.summary)  # the job's, so MLflow shows how long it really ran
-    run = mlflow.create_run(experiment_id(mlflow, settings, PROFILING_EXPERIMENT), start_time=started_ms,
+    run = mlflow.create_run(experiment_id(mlflow, settings, Experiment.PROFILING), start_time=started_ms,
                             run_name=name, tags=_tags(record))
     run_id = run.info.run_id
     try:
         timestamp = int(run.info.start_time)
         mlflow.log_batch(
             run_id,
-            params=[Param(k, v) for k, v in _params(record).items()],
-            metrics=[Metric(k, v, timestamp, 0) for k, v in record.summary.measured_metrics().items()],
+            params=[entities.Param(k, v) for k, v in _params(record).items()],
+            metrics=[entities.Metric(k, v, timestamp, 0) for k, v in record.summary.measured_metrics().items()],
         )
         if record.decision is not None:
             (record.run_dir / "placement.json").write_text(json.dumps(record.decision.to_dict(), indent=2))
         mlflow.log_artifacts(run_id, str(record.run_dir), artifact_path="telemetry")
     except Exception as exc:
         problem = f"{type(exc).__name__}: {exc}"[:1000]
-        mlflow.set_tag(run_id, LOGGING_ERROR_TAG, problem)  # why a run whose job succeeded is FAILED
+        mlflow.set_tag(run_id, Tag.LOGGING_ERROR, problem)  # why a run whose job succeeded is FAILED
         mlflow.set_terminated(run_id, RunStatus.to_string(RunStatus.FAILED))
         raise ProfilingLogError(
             f"profiling run {run_id} could not be logged completely to {settings.mlflow_tracking_uri} ({problem}); "
@@ -151,22 +142,22 @@ def _params(record: ProfilingRecord) -> dict[str, str]:
     spec = record.spec
     if spec is not None:
         params.update({
-            "job.model": spec.model,
-            "job.batch_size": str(spec.batch_size),
-            "job.precision": spec.precision,
-            "job.gpus": str(spec.gpus),
-            "job.steps": str(spec.steps),
+            Param.MODEL: spec.model,
+            Param.BATCH_SIZE: str(spec.batch_size),
+            Param.PRECISION: spec.precision,
+            Param.GPUS: str(spec.gpus),
+            Param.STEPS: str(spec.steps),
         })
         if spec.command:
-            params["job.command"] = " ".join(spec.command)[:500]
+            params[Param.COMMAND] = " ".join(spec.command)[:500]
     if record.predicted is not None:
         params.update({
-            "predicted.gpu_util": f"{record.predicted.util:.2f}",
-            "predicted.gpu_util_p90": f"{record.predicted.util_p90:.2f}",
-            "predicted.gpu_mem_mib": f"{record.predicted.mem_mib:.0f}",
+            Param.PREDICTED_UTIL: f"{record.predicted.util:.2f}",
+            Param.PREDICTED_UTIL_P90: f"{record.predicted.util_p90:.2f}",
+            Param.PREDICTED_MEM_MIB: f"{record.predicted.mem_mib:.0f}",
         })
     if record.features is not None:
-        params["job.dataset"] = record.features.dataset
+        params[Param.DATASET] = record.features.dataset
         params.update(record.features.as_params())
     return params
 
@@ -176,22 +167,22 @@ def _tags(record: ProfilingRecord) -> dict[str, str]:
     if residents is None:
         residents = tuple(sorted({r.job_id for gpu in record.gpus for r in gpu.residents}))
     tags = {
-        "horus.run_kind": "profiling",
-        "horus.gpu_ids": ",".join(g.gpu_id for g in record.gpus),
-        "horus.gpu_measured": str(record.summary.gpu_measured).lower(),
-        "horus.co_residents": ",".join(residents),
-        "horus.co_resident_pids": ",".join(str(p) for p in record.summary.co_resident_pids)[:500],
-        "horus.predictor": record.predictor,
-        "horus.exit_code": str(record.summary.exit_code),
+        Tag.RUN_KIND: "profiling",
+        Tag.GPU_IDS: ",".join(g.gpu_id for g in record.gpus),
+        Tag.GPU_MEASURED: str(record.summary.gpu_measured).lower(),
+        Tag.CO_RESIDENTS: ",".join(residents),
+        Tag.CO_RESIDENT_PIDS: ",".join(str(p) for p in record.summary.co_resident_pids)[:500],
+        Tag.PREDICTOR: record.predictor,
+        Tag.EXIT_CODE: str(record.summary.exit_code),
     }
     if record.gpus:
-        tags["horus.gpu_type"] = record.gpus[0].gpu_type
-        tags["horus.gpu_declared"] = str(record.gpus[0].declared).lower()
+        tags[Tag.GPU_TYPE] = record.gpus[0].gpu_type
+        tags[Tag.GPU_DECLARED] = str(record.gpus[0].declared).lower()
     if record.decision is not None:
-        tags["horus.placement.profile"] = record.decision.profile
-        tags["horus.placement.reason"] = record.decision.reason
+        tags[Tag.PLACEMENT_PROFILE] = record.decision.profile
+        tags[Tag.PLACEMENT_REASON] = record.decision.reason
     if record.summary.sample_problems:
-        tags["horus.sample_problems"] = json.dumps(record.summary.sample_problems)[:500]
+        tags[Tag.SAMPLE_PROBLEMS] = json.dumps(record.summary.sample_problems)[:500]
     return {**tags, **record.context_tags}
 
 
@@ -215,19 +206,19 @@ def import_jobs(
     still logged (the retraining DAG sets it aside as 'run without features'). Importing the same export
     again logs nothing twice: each run carries ``horus.source_id``."""
     mlflow = client(settings)
-    experiment = experiment_id(mlflow, settings, PROFILING_EXPERIMENT)
+    experiment = experiment_id(mlflow, settings, Experiment.PROFILING)
     logged, already = {}, {}
     for job in jobs:
         source_id = hashlib.sha256(f"{source_digest}/{job.key}".encode()).hexdigest()[:24]
-        found = mlflow.search_runs([experiment], filter_string=f"tags.`horus.source_id` = '{source_id}'", max_results=1)
+        found = mlflow.search_runs([experiment], filter_string=tag_equals(Tag.SOURCE_ID, source_id), max_results=1)
         if found:
             already[job.key] = found[0].info.run_id
             continue
         run_dir = work_dir / source_id
         run_dir.mkdir(parents=True, exist_ok=True)
         summary = _write_imported(job, run_dir)
-        pod_run = mlflow.search_runs([experiment], filter_string=f"tags.`horus.pod` LIKE '%/{job.key}'", max_results=1)
-        if pod_run and pod_run[0].data.tags.get("horus.gpu_measured") != "true":
+        pod_run = mlflow.search_runs([experiment], filter_string=f"tags.`{Tag.POD}` LIKE '%/{job.key}'", max_results=1)
+        if pod_run and pod_run[0].data.tags.get(Tag.GPU_MEASURED) != "true":
             logged[job.key] = _attach(settings, pod_run[0].info.run_id, summary, run_dir, source_id)
             continue
         spec = specs.get(job.key)
@@ -235,8 +226,8 @@ def import_jobs(
         memory = job.memory_mib or (gpu_spec(gpu_type).memory_mib if gpu_type else 0.0)
         host = job.hostname or "unknown"
         gpus = tuple(GpuState(f"{host}/{i}", host, i, gpu_type, memory) for i in job.gpu_indices) if gpu_type else ()
-        tags = {"horus.source": "dcgm", "horus.source_id": source_id, "horus.import.key": job.key,
-                "horus.import.gpu_model": job.model_name}
+        tags = {Tag.SOURCE: "dcgm", Tag.SOURCE_ID: source_id, Tag.IMPORT_KEY: job.key,
+                Tag.IMPORT_GPU_MODEL: job.model_name}
         record = ProfilingRecord(spec, spec.features() if spec else None, None, "none (imported)", None, gpus, summary,
                                  run_dir, tags, co_residents=(), run_name=f"imported-{job.key}")
         logged[job.key] = log_profiling_run(settings, record)
@@ -258,9 +249,9 @@ def _attach(settings: Settings, run_id: str, summary: RunSummary, run_dir: Path,
     job's features, prediction and placement)."""
     mlflow = client(settings)
     timestamp = int(mlflow.get_run(run_id).info.start_time)
-    mlflow.log_batch(run_id, metrics=[Metric(k, v, timestamp, 0) for k, v in summary.measured_metrics().items() if k != "duration_s"],
-                     tags=[RunTag("horus.gpu_measured", str(summary.gpu_measured).lower()), RunTag("horus.source_id", source_id),
-                           RunTag("horus.telemetry_source", "dcgm")])
+    mlflow.log_batch(run_id, metrics=[entities.Metric(k, v, timestamp, 0) for k, v in summary.measured_metrics().items() if k != Metric.DURATION_S],
+                     tags=[RunTag(Tag.GPU_MEASURED, str(summary.gpu_measured).lower()), RunTag(Tag.SOURCE_ID, source_id),
+                           RunTag(Tag.TELEMETRY_SOURCE, "dcgm")])
     mlflow.log_artifacts(run_id, str(run_dir), artifact_path="telemetry")
     log.info("DCGM telemetry attached to profiling run %s", run_id)
     return run_id
@@ -282,7 +273,7 @@ def log_wrapped_run(settings: Settings, spec: JobSpec, features: GraphFeatures, 
     if gpus:
         demand = load_predictor(settings).predict(spec.display_name, features, spec.gpus, [gpu_spec(gpus[0].gpu_type)])
         predicted, predictor = demand.on(gpus[0].gpu_type), demand.predictor
-    record = ProfilingRecord(spec, features, predicted, predictor, None, gpus, summary, run_dir, {"horus.source": "horus-run"}, co_residents=())
+    record = ProfilingRecord(spec, features, predicted, predictor, None, gpus, summary, run_dir, {Tag.SOURCE: "horus-run"}, co_residents=())
     return log_profiling_run(settings, record)
 
 

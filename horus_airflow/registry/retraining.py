@@ -47,15 +47,12 @@ from horus_airflow.registry.predictor import (
     load_predictor,
     train_predictor,
 )
-from horus_airflow.registry.profiling import PROFILING_EXPERIMENT
-from horus_airflow.registry.store import client, logged_run
+from horus_airflow.registry.store import logged_run, search
 from horus_airflow.settings import Settings
+from horus_airflow.registry.schema import Experiment, Metric, Param, Tag
 
 log = logging.getLogger(__name__)
 
-RETRAINING_EXPERIMENT = "horus-retraining"
-THROUGHPUT_METRIC = "job.throughput_samples_per_s"
-_PAGE = 1000
 
 
 class PromotionPolicyError(HorusError, ValueError):
@@ -124,19 +121,7 @@ class Extracted:
 
 
 def all_profiling_runs(settings: Settings) -> list[Run]:
-    mlflow_client = client(settings)
-    experiment = mlflow_client.get_experiment_by_name(PROFILING_EXPERIMENT)
-    if experiment is None:
-        return []
-    runs: list[Run] = []
-    token = None
-    while True:
-        page = mlflow_client.search_runs([experiment.experiment_id], max_results=_PAGE, page_token=token,
-                                         order_by=["attributes.start_time ASC"])
-        runs.extend(page)
-        token = page.token
-        if not token:
-            return runs
+    return search(settings, Experiment.PROFILING, order_by=["attributes.start_time ASC"])
 
 
 @dataclass(frozen=True)
@@ -154,10 +139,10 @@ class _Usable:
     def key(self) -> tuple[str, str]:
         """The same job on the same GPU type: its workload as ``MODEL:BATCH[:amp]@DATASET``, and the GPU type."""
         f = self.features
-        return f"{f.model}:{f.batch_size}{':amp' if f.precision == 'amp' else ''}@{f.dataset}", self.run.data.tags["horus.gpu_type"]
+        return f"{f.model}:{f.batch_size}{':amp' if f.precision == 'amp' else ''}@{f.dataset}", self.run.data.tags[Tag.GPU_TYPE]
 
     def throughput(self) -> float | None:
-        value = self.run.data.metrics.get(THROUGHPUT_METRIC)
+        value = self.run.data.metrics.get(Metric.THROUGHPUT)
         return value if value is not None and math.isfinite(value) and value > 0 else None
 
 
@@ -168,28 +153,28 @@ def extract(runs: list[Run]) -> Extracted:
     for run in runs:
         run_id, tags, metrics = run.info.run_id, run.data.tags, run.data.metrics
         why = _why_not_usable(run, seen_sources)
-        source = tags.get("horus.source_id")
+        source = tags.get(Tag.SOURCE_ID)
         if source and source not in seen_sources:
             seen_sources[source] = run_id
         features = None
         if not why:
             try:
                 features = GraphFeatures.from_mapping(
-                    {k.removeprefix("feature."): v for k, v in run.data.params.items() if k.startswith("feature.")})
+                    {k.removeprefix(Param.FEATURE_PREFIX): v for k, v in run.data.params.items() if k.startswith(Param.FEATURE_PREFIX)})
             except (KeyError, ValueError, TypeError) as exc:
                 why = f"features unreadable ({type(exc).__name__}: {exc})"
         if why or features is None:
             aside.append({"run_id": run_id, "reason": why})
             continue
         usable = _Usable(run, features)
-        if tags.get("horus.co_residents"):
+        if tags.get(Tag.CO_RESIDENTS):
             shared.append(usable)
             continue
         alone.append(usable)
         rows.append({
-            "origin": "profiling", "origin_ref": run_id, "gpu_type": tags["horus.gpu_type"], **asdict(features),
-            "gpu_util": metrics.get("gpu_util_mean"), "gpu_util_p90": metrics.get("gpu_util_p90"),
-            "gpu_mem_mib": metrics.get("gpu_mem_mib_max"),
+            "origin": "profiling", "origin_ref": run_id, "gpu_type": tags[Tag.GPU_TYPE], **asdict(features),
+            "gpu_util": metrics.get(Metric.GPU_UTIL_MEAN), "gpu_util_p90": metrics.get(Metric.GPU_UTIL_P90),
+            "gpu_mem_mib": metrics.get(Metric.GPU_MEM_MIB_MAX),
         })
     pairs, pair_aside = _pairs(shared, alone)
     predictor_rows = pd.DataFrame(rows, columns=list(COLUMNS))
@@ -199,17 +184,17 @@ def extract(runs: list[Run]) -> Extracted:
 
 def _why_not_usable(run: Run, seen_sources: dict[str, str]) -> str:
     tags = run.data.tags
-    source = tags.get("horus.source_id")
+    source = tags.get(Tag.SOURCE_ID)
     if source and source in seen_sources:
         return f"duplicate of run {seen_sources[source]} (same source {source})"
     if run.info.status != "FINISHED":
-        return f"run {run.info.status.lower()} (exit code {tags.get('horus.exit_code', '?')})"
-    if tags.get("horus.gpu_measured") != "true":
+        return f"run {run.info.status.lower()} (exit code {tags.get(Tag.EXIT_CODE, '?')})"
+    if tags.get(Tag.GPU_MEASURED) != "true":
         return "no GPU measured (NVML absent or declared GPU)"
-    if "feature.train_flops" not in run.data.params:
+    if Param.TRAIN_FLOPS not in run.data.params:
         return "run without features (no job spec)"
-    if tags.get("horus.gpu_type") not in GPU_SPECS:
-        return f"unknown GPU type {tags.get('horus.gpu_type')!r}"
+    if tags.get(Tag.GPU_TYPE) not in GPU_SPECS:
+        return f"unknown GPU type {tags.get(Tag.GPU_TYPE)!r}"
     return ""
 
 
@@ -223,7 +208,7 @@ def _pairs(shared: list[_Usable], alone: list[_Usable]) -> tuple[pd.DataFrame, l
     groups: dict[str, list[_Usable]] = {}
     aside = []
     for side in shared:
-        pair_id = side.run.data.tags.get("horus.pair_id")
+        pair_id = side.run.data.tags.get(Tag.PAIR_ID)
         if not pair_id:
             aside.append({"run_id": side.run_id, "reason": "shared its GPU outside a profiled pair (no horus.pair_id)"})
         else:
@@ -251,9 +236,9 @@ def _pair_row(me: _Usable, other: _Usable, speed: float) -> dict[str, Any]:
     }
     for side, usable in (("a", me), ("b", other)):
         params = usable.run.data.params
-        row[f"util_{side}"] = float(params.get("predicted.gpu_util", "nan"))
-        row[f"util_p90_{side}"] = float(params.get("predicted.gpu_util_p90", "nan"))
-        row[f"mem_{side}"] = float(params.get("predicted.gpu_mem_mib", "nan"))
+        row[f"util_{side}"] = float(params.get(Param.PREDICTED_UTIL, "nan"))
+        row[f"util_p90_{side}"] = float(params.get(Param.PREDICTED_UTIL_P90, "nan"))
+        row[f"mem_{side}"] = float(params.get(Param.PREDICTED_MEM_MIB, "nan"))
         row.update({f"{side}.{name}": value for name, value in zip(SIGNATURE_FIELDS, signature(usable.features))})
     return row
 
@@ -397,8 +382,8 @@ def log_report(settings: Settings, comparisons: list[Comparison], extracted: dic
     lines.append("")
     lines += [c.table() for c in comparisons]
     report = "\n".join(lines)
-    tags = {"horus.run_kind": "retraining", "horus.profiling_until_ms": str(extracted.get("newest_ms", 0))}
-    with logged_run(settings, RETRAINING_EXPERIMENT, "retrain", tags):
+    tags = {Tag.RUN_KIND: "retraining", Tag.PROFILING_UNTIL_MS: str(extracted.get("newest_ms", 0))}
+    with logged_run(settings, Experiment.RETRAINING, "retrain", tags):
         mlflow.log_params({"runs_read": extracted.get("runs_read", 0), "set_aside": extracted.get("set_aside", 0)})
         for c in comparisons:
             short = "predictor" if c.model == PREDICTOR_MODEL else "interference"
@@ -413,10 +398,6 @@ def log_report(settings: Settings, comparisons: list[Comparison], extracted: dic
 
 def last_retraining_until_ms(settings: Settings) -> int:
     """Start time of the newest profiling run the last retraining read (0 if none ran)."""
-    mlflow_client = client(settings)
-    experiment = mlflow_client.get_experiment_by_name(RETRAINING_EXPERIMENT)
-    if experiment is None:
-        return 0
-    runs = mlflow_client.search_runs([experiment.experiment_id], filter_string="attributes.status = 'FINISHED'",
-                                     order_by=["attributes.start_time DESC"], max_results=1)
-    return int(runs[0].data.tags.get("horus.profiling_until_ms", 0)) if runs else 0
+    runs = search(settings, Experiment.RETRAINING, "attributes.status = 'FINISHED'", order_by=["attributes.start_time DESC"],
+                  max_results=1)
+    return int(runs[0].data.tags.get(Tag.PROFILING_UNTIL_MS, 0)) if runs else 0

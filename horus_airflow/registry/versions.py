@@ -17,7 +17,7 @@ import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, TypeVar
+from typing import Callable, TypeVar
 
 import mlflow
 from mlflow.exceptions import MlflowException
@@ -29,7 +29,7 @@ from mlflow.protos.databricks_pb2 import (
 )
 
 from horus_airflow.errors import RegistryError
-from horus_airflow.registry.store import client
+from horus_airflow.registry.store import QUICK, client, http_policy
 from horus_airflow.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -37,8 +37,6 @@ log = logging.getLogger(__name__)
 Model = TypeVar("Model")
 
 CHAMPION, CHALLENGER = "champion", "challenger"
-# A missing tracking server should cost seconds, not MLflow's default minutes of retries.
-_QUICK_HTTP = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
 _COMPLETE_MARKER = "MLmodel"
 
 
@@ -130,7 +128,7 @@ def fetch_champion(settings: Settings, name: str) -> ChampionCopy | NoChampion:
     cannot be reached; otherwise why there is none."""
     cache = settings.home / "models" / name
     try:
-        with quick_http():
+        with http_policy(QUICK):
             version = client(settings).get_model_version_by_alias(name, CHAMPION)
     except MlflowException as exc:
         if _absent(exc):
@@ -167,7 +165,7 @@ def _download(settings: Settings, name: str, version: str, folder: Path) -> None
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
     try:
-        with quick_http():
+        with http_policy(QUICK):
             source = client(settings).get_model_version_download_uri(name, version)
             downloaded = mlflow.artifacts.download_artifacts(
                 artifact_uri=source, dst_path=str(staging), tracking_uri=settings.mlflow_tracking_uri
@@ -182,18 +180,6 @@ def _download(settings: Settings, name: str, version: str, folder: Path) -> None
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def quick_http() -> Iterator[None]:
-    """Few retries and a short timeout for one registry call, unless the user set their own."""
-    added = {k: v for k, v in _QUICK_HTTP.items() if k not in os.environ}
-    os.environ.update(added)
-    try:
-        yield
-    finally:
-        for key in added:
-            os.environ.pop(key, None)
 
 
 def _write_atomically(path: Path, text: str) -> None:

@@ -19,8 +19,8 @@ from horus_airflow.registry.store import logged_run  # noqa: E402
 from horus_airflow.settings import Settings  # noqa: E402
 from horus_airflow.simulator.engine import SimulationRun  # noqa: E402
 from horus_airflow.simulator.metrics import ProfileMetrics, comparison_table  # noqa: E402
+from horus_airflow.registry.schema import Experiment, Tag
 
-SIMULATION_EXPERIMENT = "horus-simulations"
 
 
 @dataclass(frozen=True)
@@ -72,8 +72,8 @@ def plot(report: SimulationReport, path: Path) -> None:
 
 def log_simulation(settings: Settings, report: SimulationReport) -> str:
     """One MLflow run per simulation: parameters, each profile's metrics, the JSON, table and plot."""
-    tags = {"horus.run_kind": "simulation"}
-    with logged_run(settings, SIMULATION_EXPERIMENT, f"simulate-{Path(report.trace).stem}", tags) as run_id:
+    tags = {Tag.RUN_KIND: "simulation"}
+    with logged_run(settings, Experiment.SIMULATIONS, f"simulate-{Path(report.trace).stem}", tags) as run_id:
         mlflow.log_params({"trace": report.trace[:500], "trace_format": report.trace_format, "cluster": report.cluster,
                            "truth": report.truth[:500], "profiles": ",".join(m.profile for m in report.results)})
         mlflow.log_metrics({f"{m.profile}.{key}": float(value) for m in report.results

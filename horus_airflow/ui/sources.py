@@ -22,11 +22,9 @@ from horus_airflow.backends.ledger import JournalEntry, LedgerReader
 from horus_airflow.backends.local import discover_inventory
 from horus_airflow.errors import HorusError
 from horus_airflow.placement import ClusterState
-from horus_airflow.registry.profiling import PROFILING_EXPERIMENT
-from horus_airflow.registry.store import client
-from horus_airflow.registry.versions import quick_http
+from horus_airflow.registry.schema import Experiment, Metric, Param, Tag, tag_equals
+from horus_airflow.registry.store import QUICK, client, http_policy, search
 from horus_airflow.settings import Settings
-from horus_airflow.simulator.report import SIMULATION_EXPERIMENT
 from horus_airflow.telemetry.samples import Sample
 from horus_airflow.telemetry.wrapper import SAMPLES_FILE
 from horus_airflow.ui.model import ClusterMap, DecisionRow, Measured, Placement
@@ -278,7 +276,7 @@ class MlflowReader:
 
     def _call(self, what: str, fn: Callable[[], Any]) -> Any:
         try:
-            with quick_http():
+            with http_policy(QUICK):
                 return fn()
         except Exception as exc:  # noqa: BLE001 - MlflowException, and requests/urllib3/sqlalchemy errors of a store gone away
             first = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
@@ -314,35 +312,25 @@ class MlflowReader:
 
     def profiling_points(self, limit: int) -> tuple[list[ProfilingPoint], int]:
         """The latest profiling runs that measured their GPU, and how many of the latest ``limit`` did not."""
-        mlflow = client(self.settings)
-
         def read() -> tuple[list[ProfilingPoint], int]:
-            experiment = mlflow.get_experiment_by_name(PROFILING_EXPERIMENT)
-            if experiment is None:
-                return [], 0
-            ids = [experiment.experiment_id]
-            runs = mlflow.search_runs(ids, "tags.`horus.gpu_measured` = 'true'", order_by=["attributes.start_time DESC"],
-                                      max_results=limit)
-            unmeasured = mlflow.search_runs(ids, "tags.`horus.gpu_measured` != 'true'", max_results=limit)
+            runs = search(self.settings, Experiment.PROFILING, tag_equals(Tag.GPU_MEASURED, "true"),
+                          order_by=["attributes.start_time DESC"], max_results=limit, policy=QUICK)
+            unmeasured = search(self.settings, Experiment.PROFILING, f"tags.`{Tag.GPU_MEASURED}` != 'true'", max_results=limit,
+                                policy=QUICK)
             points = [ProfilingPoint(
-                r.info.run_id, r.info.experiment_id, r.info.run_name or r.info.run_id, r.data.params.get("job.model", "?"),
-                r.data.tags.get("horus.gpu_type", "?"), r.info.start_time / 1000,
-                _number(r.data.params.get("predicted.gpu_util")), r.data.metrics.get("gpu_util_mean"),
-                _number(r.data.params.get("predicted.gpu_mem_mib")), r.data.metrics.get("gpu_mem_mib_max"),
+                r.info.run_id, r.info.experiment_id, r.info.run_name or r.info.run_id, r.data.params.get(Param.MODEL, "?"),
+                r.data.tags.get(Tag.GPU_TYPE, "?"), r.info.start_time / 1000,
+                _number(r.data.params.get(Param.PREDICTED_UTIL)), r.data.metrics.get(Metric.GPU_UTIL_MEAN),
+                _number(r.data.params.get(Param.PREDICTED_MEM_MIB)), r.data.metrics.get(Metric.GPU_MEM_MIB_MAX),
             ) for r in runs]
             return points, len(unmeasured)
 
         return self._call("search the profiling runs", read)
 
     def runs_of_reservation(self, reservation_id: str) -> list[dict[str, Any]]:
-        mlflow = client(self.settings)
-
         def read() -> list[dict[str, Any]]:
-            experiment = mlflow.get_experiment_by_name(PROFILING_EXPERIMENT)
-            if experiment is None:
-                return []
-            runs = mlflow.search_runs([experiment.experiment_id], f"tags.`horus.reservation_id` = '{_quoted(reservation_id)}'",
-                                      max_results=10)
+            runs = search(self.settings, Experiment.PROFILING, tag_equals(Tag.RESERVATION_ID, reservation_id),
+                          max_results=10, policy=QUICK)
             return [{"run_id": r.info.run_id, "experiment_id": r.info.experiment_id, "name": r.info.run_name,
                      "status": r.info.status, "url": self.run_url(r.info.experiment_id, r.info.run_id)} for r in runs]
 
@@ -352,12 +340,9 @@ class MlflowReader:
         mlflow = client(self.settings)
 
         def read() -> list[SimulationRun]:
-            experiment = mlflow.get_experiment_by_name(SIMULATION_EXPERIMENT)
-            if experiment is None:
-                return []
             found = []
-            for r in mlflow.search_runs([experiment.experiment_id], "attributes.status = 'FINISHED'",
-                                        order_by=["attributes.start_time DESC"], max_results=limit):
+            for r in search(self.settings, Experiment.SIMULATIONS, "attributes.status = 'FINISHED'",
+                            order_by=["attributes.start_time DESC"], max_results=limit, policy=QUICK):
                 metrics: dict[str, dict[str, float]] = {}
                 for key, value in _finite(r.data.metrics).items():
                     profile, _, metric = key.partition(".")
@@ -376,7 +361,7 @@ class MlflowReader:
         mlflow = client(self.settings)
 
         def read() -> bytes | None:
-            experiment = mlflow.get_experiment_by_name(SIMULATION_EXPERIMENT)
+            experiment = mlflow.get_experiment_by_name(Experiment.SIMULATIONS)
             try:
                 run = mlflow.get_run(run_id)
             except Exception as exc:
@@ -405,6 +390,3 @@ def _finite(metrics: Mapping[str, float]) -> dict[str, float]:
     """JSON has no NaN: a metric that came out NaN (an R² on one row) is left out."""
     return {k: v for k, v in metrics.items() if math.isfinite(v)}
 
-
-def _quoted(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("'", "\\'")

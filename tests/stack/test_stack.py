@@ -25,7 +25,8 @@ from mlflow.entities import Run
 
 from horus_airflow.backends.ledger import LedgerReader
 from horus_airflow.placement import load_profile
-from horus_airflow.registry.profiling import LOGGING_ERROR_TAG, profiling_runs
+from horus_airflow.registry.schema import Tag
+from horus_airflow.registry.profiling import profiling_runs
 from horus_airflow.settings import Settings
 from horus_airflow.telemetry import RunSummary
 from tests.stack.local_stack import (
@@ -320,7 +321,7 @@ def test_a_full_artifact_disk_fails_the_logging_and_the_retry_logs_everything(st
     logged = runs_of(stack, run_id)
     refused = [r for r in logged if r.info.status == "FAILED"]
     [complete] = [r for r in logged if r.info.status == "FINISHED"]
-    assert refused and all(r.data.tags.get(LOGGING_ERROR_TAG) and r.data.metrics["duration_s"] > 0 for r in refused)
+    assert refused and all(r.data.tags.get(Tag.LOGGING_ERROR) and r.data.metrics["duration_s"] > 0 for r in refused)
     assert {"telemetry/placement.json", "telemetry/samples.parquet", "telemetry/summary.json"} <= {
         a.path for a in client.list_artifacts(complete.info.run_id, "telemetry")}
     assert all(r.info.status != "RUNNING" for r in logged)
@@ -328,7 +329,7 @@ def test_a_full_artifact_disk_fails_the_logging_and_the_retry_logs_everything(st
     assert again == placement_before  # what was stored before the disk filled is intact
     assert LedgerReader(stack.horus_home / "ledger.sqlite").live(now=9e12) == []
     print(f"\nartifact disk full: {len(refused)} profiling run(s) FAILED with the reason "
-          f"({refused[0].data.tags[LOGGING_ERROR_TAG][:80]}...), then try {complete.data.tags['airflow.try_number']} logged everything")
+          f"({refused[0].data.tags[Tag.LOGGING_ERROR][:80]}...), then try {complete.data.tags['airflow.try_number']} logged everything")
 
 
 def test_no_secret_reaches_a_log_an_xcom_or_mlflow(stack: LocalStack) -> None:
