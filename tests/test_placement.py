@@ -46,8 +46,22 @@ def test_horus_cost_matches_a_hand_computation_with_the_intended_memory_term() -
     state = ClusterState((gpu(0, Resident("r", util=70, util_p90=75, mem_mib=20_000)),))
     candidate = only(place(demand(50, 20_000), state, load_profile("horus-paper")).candidates)
     # memory 1.3 * (20000 + 20000) / 80000 = 0.65; util (120 - 100) * 1.6 / 100 = 0.32; residents 1
-    assert candidate.cost_parts == pytest.approx({"horus-cost.memory": 0.65, "horus-cost.util": 0.32, "horus-cost.residents": 1.0})
-    assert candidate.cost == pytest.approx(1.97)
+    assert candidate.cost_parts == pytest.approx({"horus-cost.memory": 0.65, "horus-cost.util": 0.32, "horus-cost.residents": 1.0,
+                                                  "horus-cost": 0.0})
+    assert candidate.cost == 0.0  # the raw sum is 1.97; scaled over the candidates, the only one is the best
+
+
+def test_each_score_is_scaled_to_0_100_over_the_feasible_gpus_so_weights_compare() -> None:
+    state = ClusterState((gpu(0, Resident("r", util=70, util_p90=75, mem_mib=20_000)), gpu(1), gpu(2, Resident("s", util=20, util_p90=25, mem_mib=1000))))
+    profile = parse_profile({"name": "two", "scores": [{"name": "horus-cost", "weight": 1.0},
+                                                       {"name": "fragmentation", "weight": 0.5, "args": {"gpu": 1.0, "node": 0.0}}]})
+    by_id = {c.gpu_id: c for c in place(demand(50, 20_000), state, profile).candidates}
+    raw = {g: sum(v for k, v in c.cost_parts.items() if k.startswith("horus-cost.")) for g, c in by_id.items()}
+    low, high = min(raw.values()), max(raw.values())
+    for gpu_id, candidate in by_id.items():
+        assert candidate.cost_parts["horus-cost"] == pytest.approx(100 * (raw[gpu_id] - low) / (high - low))
+        assert candidate.cost_parts["fragmentation"] == (100.0 if gpu_id.endswith("/1") else 0.0)
+        assert candidate.cost == pytest.approx(candidate.cost_parts["horus-cost"] + 0.5 * candidate.cost_parts["fragmentation"])
 
 
 def test_under_subscription_costs_the_gap_unweighted() -> None:
@@ -143,8 +157,10 @@ def test_profiles_are_data_and_unknown_names_list_the_accepted_ones() -> None:
     assert {"exclusive", "gandiva-pack", "binpack", "spread", "horus-paper", "horus-ml"} <= set(builtin_profiles())
     with pytest.raises(HorusError, match="unknown placement profile .horus-papr.. Did you mean: horus-paper"):
         load_profile("horus-papr")
-    with pytest.raises(HorusError, match="unknown score 'interfrence'; accepted: horus-cost, allocation"):
+    with pytest.raises(HorusError, match="unknown plugin 'interfrence'; accepted: allocation, fragmentation, gpu-types, horus-cost, interference"):
         parse_profile({"name": "x", "scores": [{"name": "interfrence"}]})
+    with pytest.raises(HorusError, match="plugin 'memory-fit' is a filter plugin; here only score or shortlist or gang plugins are accepted"):
+        parse_profile({"name": "x", "scores": [{"name": "memory-fit"}]})
     with pytest.raises(HorusError, match="unknown queue policy 'lifo'; accepted: fifo, lookahead"):
         parse_profile({"name": "x", "queue": {"policy": "lifo"}})
     with pytest.raises(HorusError, match="filter 'max-residents': unknown argument\\(s\\) limt; accepted: limit"):
@@ -157,7 +173,10 @@ def test_profiles_are_data_and_unknown_names_list_the_accepted_ones() -> None:
     ({"filters": [{"name": "memory-fit", "args": {"margin_fraction": 1.5}}]},
      "filter 'memory-fit': margin_fraction .* must be >= 0 and <= 0.9, got 1.5"),
     ({"filters": [{"name": "max-residents", "args": {"limit": -1}}]}, "limit must be a whole number >= 1, got -1"),
-    ({"filters": [{"name": "max-residents", "args": {"limit": "3"}}]}, "limit must be a whole number >= 1, got '3'"),
+    ({"filters": [{"name": "max-residents", "args": {"limit": "3"}}]}, "max-residents': limit must be a whole number \\(default 4\\), got '3'"),
+    ({"filters": [{"name": "memory-fit", "args": {"margin_fraction": "0.1"}}]}, "margin_fraction must be a number \\(default 0.05\\), got '0.1'"),
+    ({"filters": [{"name": "gpu-types", "args": {"allowed": "v100"}}]}, "allowed must be a list"),
+    ({"scores": [{"name": "locality"}, {"name": "locality"}]}, "one gang plugin per profile"),
     ({"filters": [{"name": "gpu-types", "args": {"allowed": ["a100"]}}]}, "unknown GPU type 'a100'"),
     ({"scores": [{"name": "interference", "args": {"min_speed": 7}}]}, "min_speed .* must be >= 0 and <= 1, got 7"),
     ({"scores": [{"name": "locality", "args": {"max_nodes": 0}}]}, "max_nodes must be a whole number >= 1"),

@@ -1,6 +1,7 @@
 """The placer: a pure function of (job demand, cluster state, profile) to a decision with its reasons.
 
-Filters and scores run on whole arrays; the interference score runs on the ``score_top`` best
+Filters and scores run on whole arrays; each score plugin's cost is scaled to 0-100 over the feasible
+GPUs and weighted; shortlist plugins (the interference score) run on the ``score_top`` best
 candidates only; a gang takes the cheapest set of GPUs on one node, or across the fewest nodes of one
 rack when the profile's locality allows more than one. The explanation (every candidate's verdicts and
 score terms) is built only when asked for, from the arrays the decision was made with.
@@ -18,7 +19,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from horus_airflow.interference import InterferenceModel, SummedUtilization
-from horus_airflow.placement.plugins import FilterResult, Need, Verdict
+from horus_airflow.placement.plugins import FilterResult, Need, Verdict, scaled
 from horus_airflow.placement.profiles import Profile
 from horus_airflow.placement.queue import Waiting
 from horus_airflow.placement.state import ClusterState
@@ -62,12 +63,13 @@ class _Trace:
     profile: Profile
     need: Need
     filters: tuple[FilterResult, ...]
-    first_failure: np.ndarray  # index of the first failing filter, len(filters) for late, -1 passed, -2 no prediction
+    first_failure: np.ndarray  # index of the first failing filter, len(filters) for a shortlist, -1 passed, -2 no prediction
     parts: dict[str, np.ndarray]
     total: np.ndarray
-    late_rows: dict[int, int]  # GPU position -> row of the late arrays
-    late_passed: np.ndarray
-    late_parts: dict[str, np.ndarray]
+    shortlist_rows: dict[int, int]  # GPU position -> row of the shortlist arrays
+    shortlist_passed: np.ndarray
+    shortlist_parts: dict[str, np.ndarray]
+    shortlist_verdicts: tuple[tuple[str, Verdict], ...] = ()  # per row: the first plugin that rejected it, or the last verdict
 
 
 @dataclass(frozen=True)
@@ -141,25 +143,36 @@ def place(demand: Demand, state: ClusterState, profile: Profile, interference: I
     total = np.zeros(count)
     parts: dict[str, np.ndarray] = {}
     for weighted in profile.scores:
-        terms = weighted.plugin.costs(need, gpus)
-        for key, value in terms.items():
+        raw = np.zeros(count)
+        for key, value in weighted.plugin.costs(need, gpus).items():
             parts[f"{weighted.plugin.name}.{key}"] = np.asarray(value, dtype=float)
-            total += weighted.weight * np.asarray(value, dtype=float)
-    late_rows: dict[int, int] = {}
-    late_passed, late_parts = np.ones(0, dtype=bool), {}
-    if profile.late is not None:
-        plugin, weight = profile.late
+            raw = raw + np.asarray(value, dtype=float)
+        parts[weighted.plugin.name] = scaled(raw, alive)
+        total += weighted.weight * parts[weighted.plugin.name]
+    rows: dict[int, int] = {}
+    kept, row_parts, row_verdicts = np.ones(0, dtype=bool), {}, ()
+    if profile.shortlist:
         ranked = np.flatnonzero(alive)
         ranked = ranked[np.argsort(total[ranked], kind="stable")][: max(profile.score_top, demand.gpus)]
-        late_passed, late_terms = plugin.late(need, state, ranked, interference or _DEFAULT_INTERFERENCE)
-        late_rows = {int(i): row for row, i in enumerate(ranked)}
-        late_parts = {f"{plugin.name}.{k}": v for k, v in late_terms.items()}
-        scored = np.zeros(count, dtype=bool)
-        scored[ranked] = late_passed
-        first_failure[ranked[~late_passed]] = len(profile.filters)
-        total[ranked] += weight * (late_terms["newcomer_slowdown"] + late_terms["resident_slowdown"])
-        alive &= scored
-    trace = _Trace(state, profile, need, tuple(results), first_failure, parts, total, late_rows, late_passed, late_parts)
+        rows = {int(i): row for row, i in enumerate(ranked)}
+        kept = np.ones(len(ranked), dtype=bool)
+        verdicts: list[tuple[str, Verdict]] = [("", Verdict(True, ""))] * len(ranked)
+        extra = np.zeros(len(ranked))
+        for weighted in profile.shortlist:
+            result = weighted.plugin.shortlist(need, state, ranked, interference or _DEFAULT_INTERFERENCE)
+            row_parts.update({f"{weighted.plugin.name}.{k}": v for k, v in result.parts.items()})
+            row_parts[weighted.plugin.name] = scaled(result.cost, kept & result.passed)
+            verdicts = [old if not old[1].passed else (weighted.plugin.name, Verdict(bool(ok), why))
+                        for old, ok, why in zip(verdicts, result.passed, result.verdicts)]
+            kept &= result.passed
+            extra += weighted.weight * row_parts[weighted.plugin.name]
+        row_verdicts = tuple(verdicts)
+        first_failure[ranked[~kept]] = len(profile.filters)
+        total[ranked] += extra
+        shortlisted = np.zeros(count, dtype=bool)
+        shortlisted[ranked] = kept
+        alive &= shortlisted
+    trace = _Trace(state, profile, need, tuple(results), first_failure, parts, total, rows, kept, row_parts, row_verdicts)
     chosen, cost = _choose(demand.gpus, alive, total, state, profile)
     if not chosen:
         return Decision(demand.job_id, profile.name, (), _why_not(demand, alive, trace), state.version, None, trace)
@@ -226,9 +239,9 @@ def _choose(k: int, alive: np.ndarray, total: np.ndarray, state: ClusterState, p
         on_node = order[gpus.node_index[order] == node][:k]
         if len(on_node) == k and total[on_node].sum() < best_cost:
             best_set, best_cost = [int(i) for i in on_node], float(total[on_node].sum())
-    if best_set or profile.locality is None or profile.locality[0].max_nodes <= 1:
+    if best_set or profile.gang is None or profile.gang.plugin.max_nodes <= 1:
         return best_set, (best_cost if best_set else None)
-    locality, weight = profile.locality
+    locality, weight = profile.gang.plugin, profile.gang.weight
     for rack in np.unique(gpus.rack_index[order]):
         in_rack = order[gpus.rack_index[order] == rack]
         nodes = np.unique(gpus.node_index[in_rack])
@@ -251,9 +264,10 @@ def _why(demand: Demand, chosen: list[int], cost: float | None, passing: int, tr
     need = demand.on(first.gpu_type)
     residents = len(first.residents)
     sharing = f"shares with {residents} job(s), summed util {first.summed_util + need.util:.0f}%" if residents else "empty GPU"
-    row = trace.late_rows.get(chosen[0])
-    if row is not None:
-        sharing += f", predicted speed {1.0 - trace.late_parts['interference.newcomer_slowdown'][row]:.2f}"
+    row = trace.shortlist_rows.get(chosen[0])
+    slowdown = trace.shortlist_parts.get("interference.newcomer_slowdown")
+    if row is not None and slowdown is not None:
+        sharing += f", predicted speed {1.0 - slowdown[row]:.2f}"
     nodes = {trace.state.gpus[i].node for i in chosen}
     span = f" on {len(nodes)} nodes" if len(nodes) > 1 else ""
     gpus = ",".join(trace.state.gpus[i].gpu_id for i in chosen)
@@ -290,17 +304,14 @@ def _candidates(trace: _Trace, limit: int | None = None) -> tuple[Candidate, ...
             passed = bool(result.passed[i])
             values = {k: float(v[i]) for k, v in result.values.items()}
             verdicts.append((filters[position].name, Verdict(passed, filters[position].describe(passed, values))))
-        row = trace.late_rows.get(i)
-        if row is not None and trace.profile.late is not None:
-            passed = bool(trace.late_passed[row])
-            speed = float(trace.late_parts["interference.min_speed"][row])
-            verdicts.append(("interference", Verdict(passed, f"slowest co-runner at speed {speed:.2f}" if passed
-                                                     else f"does not fit or a co-runner would fall to speed {speed:.2f}")))
+        row = trace.shortlist_rows.get(i)
+        if row is not None:
+            verdicts.append(trace.shortlist_verdicts[row])
         if not all(v.passed for _, v in verdicts):
             out.append(Candidate(gpu.gpu_id, gpu.gpu_type, tuple(verdicts)))
             continue
         parts = {k: float(v[i]) for k, v in trace.parts.items()}
         if row is not None:
-            parts.update({k: float(v[row]) for k, v in trace.late_parts.items()})
+            parts.update({k: float(v[row]) for k, v in trace.shortlist_parts.items()})
         out.append(Candidate(gpu.gpu_id, gpu.gpu_type, tuple(verdicts), float(trace.total[i]), parts))
     return tuple(out)

@@ -1,20 +1,28 @@
-"""Filter and score plugins, after the Kubernetes scheduling framework.
+"""Filter and score plugins, after the Kubernetes scheduling framework: one small protocol per
+extension point, each plugin declaring which one it implements (``kind``).
 
-A filter says, for every GPU at once, whether it can take one worker of a job, and keeps the numbers it
-judged by so the explanation can say why. A score gives every GPU a cost (lower is better) as named
-parts. Plugins work on whole arrays (one entry per GPU): a decision over 8,192 GPUs is a handful of
-vector operations, not 8,192 Python calls.
+- ``filter`` (:class:`FilterPlugin`): for every GPU at once, can it take one worker of the job? It keeps
+  the numbers it judged by, so the explanation can say why.
+- ``score`` (:class:`ScorePlugin`): a cost for every GPU, as named raw parts. The placer sums a plugin's
+  parts and scales the sum to **0-100** over the feasible GPUs (0: the plugin's best GPU, 100: its
+  worst), so the weights of a profile compare across plugins whatever their raw units.
+- ``shortlist`` (:class:`ShortlistPlugin`): a score too costly for every GPU (a model call per
+  candidate); it runs on the ``score_top`` best candidates by the other scores (Kubernetes'
+  percentageOfNodesToScore), may reject some, and is scaled to 0-100 over the ones it keeps.
+- ``gang`` (:class:`GangPlugin`): prices the *set* of GPUs a multi-GPU job takes (nodes and racks it
+  spans), 0-100, and says how many nodes a gang may span.
 
-Two kinds are special: ``locality`` prices a *set* of GPUs (nodes and racks a gang spans), and
-``interference`` is *late*: it asks an interference model about each candidate's co-residents, so it
-runs only on the best candidates by the other scores (``score_top`` in the profile, as Kubernetes'
-percentageOfNodesToScore).
+Plugins work on whole arrays (one entry per GPU): a decision over 8,192 GPUs is a handful of vector
+operations, not 8,192 Python calls. Their arguments are dataclass fields, checked by type when a
+profile is read and by value in ``__post_init__``. Plugins from other packages register through the
+entry-point group ``horus_airflow.placement_plugins`` (:func:`plugin_class`; docs/PLACEMENT.md).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Mapping, Protocol, Sequence
+from importlib.metadata import entry_points
+from typing import ClassVar, Literal, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -49,8 +57,14 @@ class FilterResult:
     values: Values
 
 
+Kind = Literal["filter", "score", "shortlist", "gang"]
+KINDS: tuple[Kind, ...] = ("filter", "score", "shortlist", "gang")
+SCALE = 100.0  # every score, shortlist and gang cost lies in 0..SCALE
+
+
 class FilterPlugin(Protocol):
-    name: str
+    name: ClassVar[str]
+    kind: ClassVar[Kind]  # "filter"
 
     def evaluate(self, need: Need, gpus: ClusterArrays) -> FilterResult: ...
 
@@ -58,14 +72,59 @@ class FilterPlugin(Protocol):
 
 
 class ScorePlugin(Protocol):
-    name: str
+    name: ClassVar[str]
+    kind: ClassVar[Kind]  # "score"
 
-    def costs(self, need: Need, gpus: ClusterArrays) -> Values: ...
+    def costs(self, need: Need, gpus: ClusterArrays) -> Values:
+        """Named raw cost parts per GPU, lower is better; any finite unit (the placer scales their sum)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Shortlisted:
+    """What a shortlist plugin says about the shortlisted candidates (one row each): whether each may
+    take the job, its raw cost (lower is better), named parts for the explanation, and a one-line
+    verdict per row."""
+
+    passed: np.ndarray
+    cost: np.ndarray
+    parts: dict[str, np.ndarray]
+    verdicts: tuple[str, ...]
+
+
+class ShortlistPlugin(Protocol):
+    name: ClassVar[str]
+    kind: ClassVar[Kind]  # "shortlist"
+
+    def shortlist(self, need: Need, state: ClusterState, indices: Sequence[int], model: InterferenceModel) -> Shortlisted: ...
+
+
+class GangPlugin(Protocol):
+    name: ClassVar[str]
+    kind: ClassVar[Kind]  # "gang"
+    max_nodes: int
+
+    def set_cost(self, nodes: int, racks: int) -> float:
+        """The cost (0-100) of a gang spanning ``nodes`` nodes in ``racks`` racks."""
+        ...
+
+
+def scaled(raw: np.ndarray, among: np.ndarray) -> np.ndarray:
+    """``raw`` mapped onto 0..SCALE by the lowest and highest value ``among`` the candidates (a boolean
+    mask): 0 is the best candidate, SCALE the worst; all equal, all 0."""
+    raw = np.asarray(raw, dtype=float)
+    if not among.any():
+        return np.zeros_like(raw)
+    low, high = float(raw[among].min()), float(raw[among].max())
+    if high - low <= 1e-12 * max(1.0, abs(high)):
+        return np.zeros_like(raw)
+    return np.clip((raw - low) / (high - low), 0.0, 1.0) * SCALE
 
 
 @dataclass(frozen=True)
 class NodeHealthy:
-    name = "node-healthy"
+    name: ClassVar[str] = "node-healthy"
+    kind: ClassVar[Kind] = "filter"
 
     def evaluate(self, need: Need, gpus: ClusterArrays) -> FilterResult:
         return FilterResult(gpus.healthy, {})
@@ -83,7 +142,8 @@ class MemoryFit:
     driver_reserved_mib: float = 300.0
     context_mib: float = 0.0
     margin_fraction: float = 0.05
-    name = "memory-fit"
+    name: ClassVar[str] = "memory-fit"
+    kind: ClassVar[Kind] = "filter"
 
     def __post_init__(self) -> None:
         in_range(self.driver_reserved_mib, "driver_reserved_mib", 0.0)
@@ -103,7 +163,8 @@ class MemoryFit:
 @dataclass(frozen=True)
 class MaxResidents:
     limit: int = 4
-    name = "max-residents"
+    name: ClassVar[str] = "max-residents"
+    kind: ClassVar[Kind] = "filter"
 
     def __post_init__(self) -> None:
         whole(self.limit, "limit", 1)
@@ -119,7 +180,8 @@ class MaxResidents:
 @dataclass(frozen=True)
 class GpuTypes:
     allowed: tuple[str, ...] = ()
-    name = "gpu-types"
+    name: ClassVar[str] = "gpu-types"
+    kind: ClassVar[Kind] = "filter"
 
     def __post_init__(self) -> None:
         if isinstance(self.allowed, str):
@@ -147,7 +209,8 @@ class HorusCost:
 
     memory_weight: float = 1.3
     oversubscription_weight: float = 1.6
-    name = "horus-cost"
+    name: ClassVar[str] = "horus-cost"
+    kind: ClassVar[Kind] = "score"
 
     def __post_init__(self) -> None:
         in_range(self.memory_weight, "memory_weight", 0.0)
@@ -169,7 +232,8 @@ class Allocation:
     first; ``spread``: the emptiest first. Blind to utilization."""
 
     mode: str = "binpack"
-    name = "allocation"
+    name: ClassVar[str] = "allocation"
+    kind: ClassVar[Kind] = "score"
 
     def __post_init__(self) -> None:
         if self.mode not in ("binpack", "spread"):
@@ -190,7 +254,8 @@ class Fragmentation:
 
     gpu: float = 1.0
     node: float = 1.0
-    name = "fragmentation"
+    name: ClassVar[str] = "fragmentation"
+    kind: ClassVar[Kind] = "score"
 
     def __post_init__(self) -> None:
         in_range(self.gpu, "gpu", 0.0)
@@ -208,18 +273,19 @@ class Locality:
     node: float = 1.0
     rack: float = 2.0
     max_nodes: int = 1
-    name = "locality"
+    name: ClassVar[str] = "locality"
+    kind: ClassVar[Kind] = "gang"
 
     def __post_init__(self) -> None:
         in_range(self.node, "node", 0.0)
         in_range(self.rack, "rack", 0.0)
         whole(self.max_nodes, "max_nodes", 1)
 
-    def costs(self, need: Need, gpus: ClusterArrays) -> Values:
-        return {}
-
     def set_cost(self, nodes: int, racks: int) -> float:
-        return self.node * (nodes - 1) + self.rack * (racks - 1)
+        """Scaled so that the widest gang the profile allows (``max_nodes`` nodes, as many racks) costs 100."""
+        widest = (self.node + self.rack) * (self.max_nodes - 1)
+        raw = self.node * (nodes - 1) + self.rack * (racks - 1)
+        return min(SCALE, SCALE * raw / widest) if widest > 0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -229,13 +295,13 @@ class InterferenceScore:
     The model is the caller's (the registered champion, or a proxy): the placer does no I/O."""
 
     min_speed: float = 0.0
-    name = "interference"
+    name: ClassVar[str] = "interference"
+    kind: ClassVar[Kind] = "shortlist"
 
     def __post_init__(self) -> None:
         in_range(self.min_speed, "min_speed (a share of the job's speed alone)", 0.0, 1.0)
 
-    def late(self, need: Need, state: ClusterState, indices: Sequence[int], model: InterferenceModel
-             ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    def shortlist(self, need: Need, state: ClusterState, indices: Sequence[int], model: InterferenceModel) -> Shortlisted:
         passed = np.ones(len(indices), dtype=bool)
         newcomer_cost, resident_cost, worst = (np.zeros(len(indices)) for _ in range(3))
         by_type: dict[str, list[int]] = {}
@@ -254,19 +320,53 @@ class InterferenceScore:
                 resident_cost[row] = sum(b - a for b, a in zip(was.speeds, now.speeds[:-1]))
                 worst[row] = min(now.speeds)
                 passed[row] = now.fits and worst[row] >= self.min_speed
-        return passed, {"newcomer_slowdown": newcomer_cost, "resident_slowdown": resident_cost, "min_speed": worst}
+        verdicts = tuple(f"slowest co-runner at speed {speed:.2f}" if ok else f"does not fit or a co-runner would fall to speed {speed:.2f}"
+                         for ok, speed in zip(passed, worst))
+        return Shortlisted(passed, newcomer_cost + resident_cost,
+                           {"newcomer_slowdown": newcomer_cost, "resident_slowdown": resident_cost, "min_speed": worst}, verdicts)
 
 
-FILTERS: dict[str, Callable[..., FilterPlugin]] = {
-    "node-healthy": NodeHealthy,
-    "memory-fit": MemoryFit,
-    "max-residents": MaxResidents,
-    "gpu-types": GpuTypes,
+ENTRY_POINT_GROUP = "horus_airflow.placement_plugins"
+BUILTIN: dict[str, type] = {
+    plugin.name: plugin
+    for plugin in (NodeHealthy, MemoryFit, MaxResidents, GpuTypes, HorusCost, Allocation, Fragmentation, Locality, InterferenceScore)
 }
-SCORES: dict[str, Callable[..., object]] = {
-    "horus-cost": HorusCost,
-    "allocation": Allocation,
-    "fragmentation": Fragmentation,
-    "locality": Locality,
-    "interference": InterferenceScore,
-}
+_REQUIRED = {"filter": ("evaluate", "describe"), "score": ("costs",), "shortlist": ("shortlist",), "gang": ("set_cost",)}
+
+
+def installed_plugins() -> dict[str, type]:
+    """Every plugin by name: the built-in ones, then those other packages register under the
+    entry-point group ``horus_airflow.placement_plugins`` (entry-point name = plugin name). Read each
+    time, so a package installed while a process runs is seen by the next profile it reads."""
+    found = dict(BUILTIN)
+    for entry in entry_points(group=ENTRY_POINT_GROUP):
+        if entry.name in BUILTIN:
+            raise ValueError(f"placement plugin {entry.name!r} from {entry.value} would replace the built-in one; rename it")
+        found[entry.name] = entry
+    return found
+
+
+def plugin_class(name: str, kinds: Sequence[Kind] = KINDS) -> type:
+    """The class of plugin ``name``, checked to declare one of ``kinds`` and to have its methods."""
+    found = installed_plugins()
+    if name not in found:
+        raise ValueError(f"unknown plugin {name!r}; accepted: {', '.join(sorted(found))}")
+    plugin = found[name]
+    if not isinstance(plugin, type):
+        try:
+            plugin = plugin.load()
+        except Exception as exc:  # noqa: BLE001 - an outside package's import may fail any way
+            raise ValueError(f"placement plugin {name!r} ({plugin.value}) could not be loaded: {type(exc).__name__}: {exc}") from None
+        if not isinstance(plugin, type):
+            raise ValueError(f"placement plugin {name!r} must be a class, got {plugin!r}")
+    kind = getattr(plugin, "kind", None)
+    if kind not in KINDS:
+        raise ValueError(f"plugin {name!r} ({plugin.__qualname__}) must declare kind, one of {', '.join(KINDS)}; it has {kind!r}")
+    if getattr(plugin, "name", None) != name:
+        raise ValueError(f"plugin {plugin.__qualname__} is registered as {name!r} but its name is {getattr(plugin, 'name', None)!r}")
+    missing = [m for m in _REQUIRED[kind] if not callable(getattr(plugin, m, None))]
+    if missing:
+        raise ValueError(f"{kind} plugin {name!r} lacks {', '.join(missing)}")
+    if kind not in kinds:
+        raise ValueError(f"plugin {name!r} is a {kind} plugin; here only {' or '.join(kinds)} plugins are accepted")
+    return plugin

@@ -3,7 +3,8 @@ rather than code paths. Users can write their own file in the same shape (docs/P
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, is_dataclass
+import typing
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -13,13 +14,12 @@ import yaml
 from horus_airflow.errors import ProfileError
 from horus_airflow.names import builtin_profiles, require_profile
 from horus_airflow.placement.plugins import (
-    FILTERS,
-    SCORES,
     FilterPlugin,
-    InterferenceScore,
-    Locality,
+    GangPlugin,
     NodeHealthy,
     ScorePlugin,
+    ShortlistPlugin,
+    plugin_class,
 )
 from horus_airflow.placement.queue import POLICIES, Fifo, QueuePolicy
 from horus_airflow.validation import in_range, whole
@@ -32,16 +32,29 @@ class WeightedScore:
 
 
 @dataclass(frozen=True)
+class WeightedShortlist:
+    plugin: ShortlistPlugin
+    weight: float
+
+
+@dataclass(frozen=True)
+class WeightedGang:
+    plugin: GangPlugin
+    weight: float
+
+
+@dataclass(frozen=True)
 class Profile:
-    """``late`` is the interference score, run on the ``score_top`` best candidates by the other
-    scores; ``locality`` prices the nodes a gang spans (None: one node only)."""
+    """Plugins by the extension point they declare (``kind``): ``shortlist`` plugins run on the
+    ``score_top`` best candidates by the ``scores``; ``gang`` prices the nodes a multi-GPU job spans
+    (None: one node only)."""
 
     name: str
     description: str
     filters: tuple[FilterPlugin, ...]
     scores: tuple[WeightedScore, ...]
-    late: tuple[InterferenceScore, float] | None = None
-    locality: tuple[Locality, float] | None = None
+    shortlist: tuple[WeightedShortlist, ...] = ()
+    gang: WeightedGang | None = None
     queue: QueuePolicy = field(default_factory=Fifo)
     score_top: int = 64
 
@@ -79,28 +92,33 @@ def parse_profile(raw: Any) -> Profile:
     if unknown:
         raise ProfileError(f"malformed profile: unknown key(s) {', '.join(unknown)}; accepted: {', '.join(_PROFILE_KEYS)}")
     try:
-        filters = [_build(FILTERS, "filter", item) for item in _items(raw, "filters")]
+        filters = [_plugin(item, ("filter",)) for item in _items(raw, "filters")]
         if not any(isinstance(f, NodeHealthy) for f in filters):
             filters.insert(0, NodeHealthy())
-        scores, late, locality = [], None, None
+        scores, shortlist, gang = [], [], None
         for item in _items(raw, "scores"):
-            plugin = _build(SCORES, "score", item)
+            plugin = _plugin(item, ("score", "shortlist", "gang"))
             weight = in_range(item.get("weight", 1.0), f"score {item['name']!r}: weight", 0.0)
-            if isinstance(plugin, InterferenceScore):
-                late = (plugin, weight)
-            elif isinstance(plugin, Locality):
-                locality = (plugin, weight)
+            if plugin.kind == "shortlist":
+                shortlist.append(WeightedShortlist(plugin, weight))
+            elif plugin.kind == "gang":
+                if gang is not None:
+                    raise ValueError(f"one gang plugin per profile: {gang.plugin.name!r} and {plugin.name!r} both price gangs")
+                gang = WeightedGang(plugin, weight)
             else:
                 scores.append(WeightedScore(plugin, weight))
         queue_raw = raw.get("queue") or {"policy": "fifo"}
         if not isinstance(queue_raw, dict) or "policy" not in queue_raw:
             raise ValueError(f"queue must be a mapping with a policy ({', '.join(POLICIES)}), got {queue_raw!r}")
         queue_args = {k: v for k, v in queue_raw.items() if k != "policy"}
-        queue = _build(POLICIES, "queue policy", {"name": queue_raw["policy"], "args": queue_args})
+        policy = queue_raw["policy"]
+        if policy not in POLICIES:
+            raise ProfileError(f"unknown queue policy {policy!r}; accepted: {', '.join(POLICIES)}")
+        queue = _construct(POLICIES[policy], f"queue policy {policy!r}", queue_args)
         name = raw["name"]
         if not isinstance(name, str) or not name.strip():
             raise ValueError(f"name must be a non-empty string, got {name!r}")
-        return Profile(name, str(raw.get("description", "")), tuple(filters), tuple(scores), late, locality, queue,
+        return Profile(name, str(raw.get("description", "")), tuple(filters), tuple(scores), tuple(shortlist), gang, queue,
                        whole(raw.get("score_top", 64), "score_top", 1))
     except KeyError as exc:
         raise ProfileError(f"malformed profile: missing key {exc}; expected keys name, filters[], scores[], queue{{policy}}") from None
@@ -121,19 +139,56 @@ def _items(raw: dict[str, Any], key: str) -> list[dict[str, Any]]:
     return items
 
 
-def _build(registry: dict[str, Any], kind: str, item: dict[str, Any]) -> Any:
-    name = item["name"]
-    if name not in registry:
-        raise ProfileError(f"unknown {kind} {name!r}; accepted: {', '.join(registry)}")
-    raw_args = item.get("args") or {}
-    if not isinstance(raw_args, dict):
-        raise ProfileError(f"{kind} {name!r}: args must be a mapping, got {raw_args!r}")
-    args = {k: tuple(v) if isinstance(v, list) else v for k, v in raw_args.items()}
-    accepted = [f.name for f in fields(registry[name])] if is_dataclass(registry[name]) else []
-    unknown = sorted(set(map(str, args)) - set(accepted))
-    if unknown:
-        raise ProfileError(f"{kind} {name!r}: unknown argument(s) {', '.join(unknown)}; accepted: {', '.join(accepted) or 'none'}")
+def _plugin(item: dict[str, Any], kinds: tuple[str, ...]) -> Any:
     try:
-        return registry[name](**args)
+        cls = plugin_class(str(item["name"]), kinds)  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise ProfileError(str(exc)) from None
+    return _construct(cls, f"{cls.kind} {item['name']!r}", item.get("args") or {})
+
+
+def _construct(cls: type, what: str, raw_args: Any) -> Any:
+    """``cls(**args)`` once every argument is known to ``cls`` and of its field's type."""
+    if not isinstance(raw_args, dict):
+        raise ProfileError(f"{what}: args must be a mapping, got {raw_args!r}")
+    accepted = {f.name: f for f in fields(cls) if f.init} if is_dataclass(cls) else {}
+    unknown = sorted(set(map(str, raw_args)) - set(accepted))
+    if unknown:
+        raise ProfileError(f"{what}: unknown argument(s) {', '.join(unknown)}; accepted: {', '.join(accepted) or 'none'}")
+    hints = typing.get_type_hints(cls) if accepted else {}
+    args = {}
+    for key, value in raw_args.items():
+        expected = hints.get(key)
+        args[key] = _typed(value, expected, f"{what}: {key}", accepted[key].default)
+    try:
+        return cls(**args)
     except (TypeError, ValueError) as exc:
-        raise ProfileError(f"{kind} {name!r}: {exc}") from None
+        raise ProfileError(f"{what}: {exc}") from None
+
+
+def _typed(value: Any, expected: Any, where: str, default: Any) -> Any:
+    """``value`` as a field of type ``expected`` takes it (a YAML list becomes a tuple), or a ProfileError
+    naming the type; a type this check does not know is passed through for ``__post_init__`` to judge."""
+    example = "" if default is MISSING else f" (default {default!r})"
+    if expected is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise ProfileError(f"{where} must be a number{example}, got {value!r}")
+    if expected is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ProfileError(f"{where} must be a whole number{example}, got {value!r}")
+    if expected is bool:
+        if isinstance(value, bool):
+            return value
+        raise ProfileError(f"{where} must be true or false{example}, got {value!r}")
+    if expected is str:
+        if isinstance(value, str):
+            return value
+        raise ProfileError(f"{where} must be a string{example}, got {value!r}")
+    if typing.get_origin(expected) is tuple:
+        item_type = (typing.get_args(expected) or (Any,))[0]
+        if not isinstance(value, (list, tuple)):
+            raise ProfileError(f"{where} must be a list{example}, got {value!r}")
+        return tuple(value if item_type is Any else _typed(v, item_type, f"{where} entry", MISSING) for v in value)
+    return value
