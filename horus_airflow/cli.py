@@ -39,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     telemetry_actions = telemetry.add_subparsers(dest="action", required=True)
     imports = telemetry_actions.add_parser("import", help="log one profiling run per job found in an export")
     imports.add_argument("export", type=Path, help="Prometheus API answer (JSON) or /metrics scrapes (text)")
-    imports.add_argument("--format", choices=("prometheus-json", "prometheus-text"), help="default: guessed from the file")
+    imports.add_argument("--format", type=_registered("telemetry format", "horus_airflow.telemetry.dcgm", "TELEMETRY_FORMATS"),
+                         help="a registered telemetry format (prometheus-json, prometheus-text, ...); default: guessed from the file")
     imports.add_argument("--group-by", default="pod", help="label that names a job (default pod)")
     imports.add_argument("--job", action="append", default=[], metavar="KEY=SPEC",
                          help="the workload of a job, e.g. train-resnet-abc=resnet50:64@imagenet (repeat)")
@@ -79,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
 
     simulate = sub.add_parser("simulate", help="replay a cluster trace through several placement profiles")
     simulate.add_argument("--trace", type=Path, required=True, help="trace file (formats: docs/EVALUATION.md)")
-    simulate.add_argument("--trace-format", choices=("muri", "gavel", "tiresias", "native"), default="native", help="how to read --trace (default native)")
+    simulate.add_argument("--trace-format", type=_registered("trace format", "horus_airflow.simulator.traces", "TRACE_READERS"), default="native",
+                          help="a registered trace format: muri, gavel, tiresias, native (default) or one a package registers")
     simulate.add_argument("--nodes", type=_at_least(1, int), required=True, help="nodes in the simulated cluster")
     simulate.add_argument("--gpus-per-node", type=_at_least(1, int), default=8, help="GPUs per node (default 8)")
     simulate.add_argument("--gpu", default="v100", help="GPU type with measured co-location data: k80, p100, v100 (default v100)")
@@ -168,7 +170,7 @@ def _telemetry(args: argparse.Namespace) -> int:
     import tempfile
 
     from horus_airflow.jobs import JobSpec
-    from horus_airflow.registry.profiling import import_jobs
+    from horus_airflow.registry.telemetry_import import import_jobs
     from horus_airflow.telemetry import dcgm
 
     text = _read_text(args.export, "telemetry export", "a Prometheus API answer (JSON) or /metrics scrapes (text)")
@@ -255,6 +257,19 @@ def _predictor(args: argparse.Namespace) -> int:
     if outcome.version:
         print(f"registered horus-gpu-utilization version {outcome.version} as {', '.join(outcome.aliases)}")
     return 0
+
+
+def _registered(what: str, module: str, registry: str) -> Callable[[str], str]:
+    """An argparse type: a name in one of the registries (trace readers, telemetry formats), imported
+    only when the option is given, so ``horus --help`` stays fast."""
+    def parse(text: str) -> str:
+        import importlib
+
+        known = getattr(importlib.import_module(module), registry)
+        if text not in known:
+            raise argparse.ArgumentTypeError(f"unknown {what} {text!r}; accepted: {', '.join(known)}")
+        return text
+    return parse
 
 
 def _at_least(minimum: float, kind: type) -> Callable[[str], Any]:

@@ -26,9 +26,11 @@ def test_cli_answers_help(args: list[str]) -> None:
     assert "usage: horus" in done.stdout
 
 
-def test_predict_json_contract() -> None:
+def test_predict_json_contract(tmp_path: Path) -> None:
+    fresh = {**os.environ, "HORUS_HOME": str(tmp_path)}  # no champion registered: the prior predicts
+    fresh.pop("MLFLOW_TRACKING_URI", None)
     done = subprocess.run(
-        [HORUS, "predict", "--model", "resnet18", "--batch-size", "32", "--json"], capture_output=True, text=True, timeout=120
+        [HORUS, "predict", "--model", "resnet18", "--batch-size", "32", "--json"], capture_output=True, text=True, timeout=120, env=fresh
     )
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)

@@ -115,3 +115,31 @@ def test_without_the_package_the_plugin_is_unknown() -> None:
 
     with pytest.raises(ProfileError, match="unknown plugin 'prefer-high-index'"):
         parse_profile({"name": "x", "scores": [{"name": "prefer-high-index"}]})
+
+
+def test_a_registered_trace_reader_is_read_like_the_built_in_ones(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from horus_airflow.simulator import traces
+
+    monkeypatch.setattr(traces, "TRACE_READERS", dict(traces.TRACE_READERS))
+    traces.register_trace_reader(traces.CsvTraceReader(
+        "minutes", "arrival and duration in minutes", ("id", "at_min", "gpus", "for_min", "model"),
+        lambda row: (60.0 * row["at_min"], int(row["gpus"]), 60.0 * row["for_min"],
+                     traces.trace_workload(str(row["model"]), None))))
+    trace_file = tmp_path / "t.csv"
+    trace_file.write_text("job_id,id,at_min,gpus,for_min,model\n1,1,2,1,10,resnet50\n2,2,1,0,10,resnet50\n")
+    trace = traces.read_trace(trace_file, "minutes", "v100")
+    assert [(j.arrival_s, j.duration_s) for j in trace.jobs] == [(120.0, 600.0)]
+    assert trace.skipped == {"fewer than 1 GPU": 1}
+    with pytest.raises(ValueError, match="already registered"):
+        traces.register_trace_reader(traces.TRACE_READERS["native"])
+
+
+def test_the_cli_takes_its_formats_from_the_registries(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from horus_airflow.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["simulate", "--trace", str(tmp_path / "t.csv"), "--nodes", "1", "--trace-format", "alibaba"])
+    assert "unknown trace format 'alibaba'; accepted: muri, gavel, tiresias, native" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["telemetry", "import", str(tmp_path / "x.txt"), "--format", "influx"])
+    assert "unknown telemetry format 'influx'; accepted: prometheus-json, prometheus-text" in capsys.readouterr().err

@@ -4,10 +4,12 @@ truth from measured co-location data."""
 from horus_airflow.simulator.engine import Cluster, SimulationRun, simulate
 from horus_airflow.simulator.metrics import ProfileMetrics, comparison_table, summarize
 from horus_airflow.simulator.runner import run_simulation
-from horus_airflow.simulator.traces import FORMATS, SimJob, Trace, read_trace
+from horus_airflow.simulator.traces import TRACE_READERS, SimJob, Trace, TraceReader, read_trace, register_trace_reader
 
 __all__ = [
-    "FORMATS",
+    "TRACE_READERS",
+    "TraceReader",
+    "register_trace_reader",
     "Cluster",
     "ProfileMetrics",
     "SimJob",

@@ -18,14 +18,12 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable, Protocol
 
 import pandas as pd
 
 from horus_airflow.errors import HorusError, InvalidJobError
 from horus_airflow.simulator.workloads import Workload, gavel_workload, trace_workload
-
-FORMATS = ("muri", "gavel", "tiresias", "native")
-
 
 class TraceError(HorusError):
     """A trace that cannot be read at all (missing file or columns, unknown format)."""
@@ -50,61 +48,95 @@ class Trace:
     source: str = ""
 
 
+class TraceReader(Protocol):
+    """Reads one trace format into jobs; rows it cannot use are counted in ``Trace.skipped`` by reason,
+    never dropped silently. ``isolated`` holds measured isolated throughputs, for formats that give
+    steps instead of durations."""
+
+    name: str
+    description: str
+
+    def read(self, path: Path, gpu_type: str, isolated: pd.DataFrame | None) -> Trace: ...
+
+
+TRACE_READERS: dict[str, TraceReader] = {}
+
+
+def register_trace_reader(reader: TraceReader) -> TraceReader:
+    """Make a format readable by ``horus simulate --trace-format`` and :func:`read_trace`."""
+    if reader.name in TRACE_READERS:
+        raise ValueError(f"trace format {reader.name!r} is already registered")
+    TRACE_READERS[reader.name] = reader
+    return reader
+
+
 def read_trace(path: Path | str, trace_format: str, gpu_type: str, isolated: pd.DataFrame | None = None) -> Trace:
-    if trace_format not in FORMATS:
-        raise TraceError(f"unknown trace format {trace_format!r}; accepted: {', '.join(FORMATS)}")
+    if trace_format not in TRACE_READERS:
+        raise TraceError(f"unknown trace format {trace_format!r}; accepted: {', '.join(TRACE_READERS)}")
     path = Path(path)
     if not path.is_file():
         raise TraceError(f"trace not found: {str(path)!r}")
-    if trace_format == "gavel":
-        if isolated is None:
-            raise TraceError("a Gavel trace needs the measured isolated throughputs (data/interference_seed/gavel_isolated.csv)")
-        return _gavel(path, gpu_type, isolated)
-    try:
-        frame = pd.read_csv(path)
-    except (UnicodeDecodeError, pd.errors.ParserError) as exc:
-        raise TraceError(f"{trace_format} trace {str(path)!r} is not a CSV text file ({type(exc).__name__}); "
-                         f"expected a header row and comma-separated values (docs/EVALUATION.md)") from None
-    except pd.errors.EmptyDataError:
-        raise TraceError(f"{trace_format} trace {str(path)!r} is empty; expected a header row and one row per job") from None
-    columns = {
-        "muri": ("job_id", "num_gpu", "submit_time", "model_name", "batch_size", "duration"),
-        "tiresias": ("job_id", "num_gpu", "submit_time", "model_name", "duration"),
-        "native": ("job_id", "arrival_s", "gpus", "duration_s", "model", "batch_size"),
-    }[trace_format]
-    missing = [c for c in columns if c not in frame.columns]
-    if missing:
-        raise TraceError(f"{trace_format} trace {str(path)!r} lacks columns: {', '.join(missing)}; expected: {', '.join(columns)}")
-    scale = 1000.0 if trace_format == "muri" else 1.0
-    jobs, skipped = [], Counter()
-    for row in frame.itertuples(index=False):
-        values = row._asdict()
+    return _usable(TRACE_READERS[trace_format].read(path, gpu_type, isolated), trace_format)
+
+
+Row = Callable[[dict[str, Any]], tuple[float, int, float, Workload]]
+
+
+@dataclass(frozen=True)
+class CsvTraceReader:
+    """A CSV trace with a header row: ``columns`` must be present; ``row`` turns one row into (arrival
+    seconds, GPUs, duration seconds alone, workload), raising ValueError or InvalidJobError for a row
+    it cannot use."""
+
+    name: str
+    description: str
+    columns: tuple[str, ...]
+    row: Row
+
+    def read(self, path: Path, gpu_type: str, isolated: pd.DataFrame | None) -> Trace:
         try:
-            if trace_format == "native":
-                arrival, gpus, duration = float(values["arrival_s"]), int(values["gpus"]), float(values["duration_s"])
-                workload = _native_workload(values)
-            else:
-                arrival, gpus = float(values["submit_time"]) / scale, int(values["num_gpu"])
-                duration = float(values["duration"]) / scale
-                batch = int(values["batch_size"]) if "batch_size" in values else None
-                if batch is not None and batch < 1:
-                    raise _BatchBelowOne(batch)
-                workload = trace_workload(str(values["model_name"]), batch)
-        except _BatchBelowOne:
-            skipped["batch size below 1"] += 1
-            continue
-        except InvalidJobError:
-            skipped["unknown model"] += 1
-            continue
-        except (TypeError, ValueError, OverflowError):
-            skipped["unreadable number"] += 1
-            continue
-        reason = _invalid(arrival, gpus, duration)
-        if reason:
-            skipped[reason] += 1
-            continue
-        jobs.append(SimJob(str(values["job_id"]), arrival, gpus, duration, workload))
-    return _usable(Trace(tuple(sorted(jobs, key=lambda j: j.arrival_s)), dict(skipped), str(path)), trace_format)
+            frame = pd.read_csv(path)
+        except (UnicodeDecodeError, pd.errors.ParserError) as exc:
+            raise TraceError(f"{self.name} trace {str(path)!r} is not a CSV text file ({type(exc).__name__}); "
+                             f"expected a header row and comma-separated values (docs/EVALUATION.md)") from None
+        except pd.errors.EmptyDataError:
+            raise TraceError(f"{self.name} trace {str(path)!r} is empty; expected a header row and one row per job") from None
+        missing = [c for c in self.columns if c not in frame.columns]
+        if missing:
+            raise TraceError(f"{self.name} trace {str(path)!r} lacks columns: {', '.join(missing)}; expected: {', '.join(self.columns)}")
+        jobs, skipped = [], Counter()
+        for values in frame.to_dict("records"):
+            try:
+                arrival, gpus, duration, workload = self.row(values)
+            except _BatchBelowOne:
+                skipped["batch size below 1"] += 1
+                continue
+            except InvalidJobError:
+                skipped["unknown model"] += 1
+                continue
+            except (TypeError, ValueError, OverflowError):
+                skipped["unreadable number"] += 1
+                continue
+            reason = _invalid(arrival, gpus, duration)
+            if reason:
+                skipped[reason] += 1
+                continue
+            jobs.append(SimJob(str(values["job_id"]), arrival, gpus, duration, workload))
+        return Trace(tuple(sorted(jobs, key=lambda j: j.arrival_s)), dict(skipped), str(path))
+
+
+def _philly_row(units_per_s: float) -> Row:
+    def row(values: dict[str, Any]) -> tuple[float, int, float, Workload]:
+        batch = int(values["batch_size"]) if "batch_size" in values else None
+        if batch is not None and batch < 1:
+            raise _BatchBelowOne(batch)
+        return (float(values["submit_time"]) / units_per_s, int(values["num_gpu"]), float(values["duration"]) / units_per_s,
+                trace_workload(str(values["model_name"]), batch))
+    return row
+
+
+def _native_row(values: dict[str, Any]) -> tuple[float, int, float, Workload]:
+    return float(values["arrival_s"]), int(values["gpus"]), float(values["duration_s"]), _native_workload(values)
 
 
 class _BatchBelowOne(ValueError):
@@ -118,7 +150,7 @@ def _usable(trace: Trace, trace_format: str) -> Trace:
         return trace
     why = ", ".join(f"{count} {reason}" for reason, count in sorted(trace.skipped.items())) or "it has no rows"
     raise TraceError(f"no job of {trace.source!r} can be used as a {trace_format} trace ({why}); check --trace-format "
-                     f"(accepted: {', '.join(FORMATS)}) and the file's columns (docs/EVALUATION.md)")
+                     f"(accepted: {', '.join(TRACE_READERS)}) and the file's columns (docs/EVALUATION.md)")
 
 
 def _native_workload(values: dict[str, object]) -> Workload:
@@ -141,6 +173,20 @@ def _invalid(arrival: float, gpus: int, duration: float) -> str | None:
     if not math.isfinite(duration) or duration <= 0:
         return "non-positive duration"
     return None
+
+
+@dataclass(frozen=True)
+class GavelTraceReader:
+    """Gavel's tab-separated traces: job type, command, step flag, data flag, total steps, arrival
+    seconds, GPUs. Durations come from the measured isolated throughput of the job type on the GPU."""
+
+    name: str = "gavel"
+    description: str = "Gavel's per-VC Philly traces (steps; durations from measured isolated throughputs)"
+
+    def read(self, path: Path, gpu_type: str, isolated: pd.DataFrame | None) -> Trace:
+        if isolated is None:
+            raise TraceError("a Gavel trace needs the measured isolated throughputs (data/interference_seed/gavel_isolated.csv)")
+        return _gavel(path, gpu_type, isolated)
 
 
 def _gavel(path: Path, gpu_type: str, isolated: pd.DataFrame) -> Trace:
@@ -179,4 +225,16 @@ def _gavel(path: Path, gpu_type: str, isolated: pd.DataFrame) -> Trace:
             skipped[reason] += 1
             continue
         jobs.append(SimJob(str(number), arrival_f, gpus_i, duration, workload))
-    return _usable(Trace(tuple(sorted(jobs, key=lambda j: j.arrival_s)), dict(skipped), str(path)), "gavel")
+    return Trace(tuple(sorted(jobs, key=lambda j: j.arrival_s)), dict(skipped), str(path))
+
+
+for _reader in (
+    CsvTraceReader("muri", "Muri's Philly-derived traces (milliseconds, with batch sizes)",
+                   ("job_id", "num_gpu", "submit_time", "model_name", "batch_size", "duration"), _philly_row(1000.0)),
+    GavelTraceReader(),
+    CsvTraceReader("tiresias", "Tiresias-style Philly traces (seconds, no batch sizes)",
+                   ("job_id", "num_gpu", "submit_time", "model_name", "duration"), _philly_row(1.0)),
+    CsvTraceReader("native", "Horus's own CSV: job_id, arrival_s, gpus, duration_s, model, batch_size[, dataset]",
+                   ("job_id", "arrival_s", "gpus", "duration_s", "model", "batch_size"), _native_row),
+):
+    register_trace_reader(_reader)

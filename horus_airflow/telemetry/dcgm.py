@@ -21,12 +21,11 @@ import json
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
+from typing import Callable, Protocol
 
 from horus_airflow.errors import HorusError
 from horus_airflow.telemetry.samples import GpuReading, Sample, measured
 from horus_airflow.validation import in_range
-
-FORMATS = ("prometheus-json", "prometheus-text")
 
 # DCGM field -> (GpuReading field, factor to our unit)
 DCGM_FIELDS: dict[str, tuple[str, float]] = {
@@ -68,12 +67,45 @@ class ImportedJob:
     problems: dict[str, int]
 
 
+class TelemetryFormat(Protocol):
+    """One export format: ``recognizes`` says whether a text is in it (to guess the format of a file),
+    ``parse`` reads its series; scrapes without timestamps are numbered ``interval_s`` apart."""
+
+    name: str
+
+    def recognizes(self, text: str) -> bool: ...
+
+    def parse(self, text: str, interval_s: float) -> list[Series]: ...
+
+
+TELEMETRY_FORMATS: dict[str, TelemetryFormat] = {}
+
+
+def register_telemetry_format(fmt: TelemetryFormat) -> TelemetryFormat:
+    """Make a format readable by ``horus telemetry import --format`` (guessed in registration order)."""
+    if fmt.name in TELEMETRY_FORMATS:
+        raise ValueError(f"telemetry format {fmt.name!r} is already registered")
+    TELEMETRY_FORMATS[fmt.name] = fmt
+    return fmt
+
+
+@dataclass(frozen=True)
+class _Format:
+    name: str
+    recognize: Callable[[str], bool]
+    read: Callable[[str, float], list[Series]]
+
+    def recognizes(self, text: str) -> bool:
+        return self.recognize(text)
+
+    def parse(self, text: str, interval_s: float) -> list[Series]:
+        return self.read(text, interval_s)
+
+
 def parse(text: str, fmt: str, interval_s: float = 1.0) -> list[Series]:
-    if fmt == "prometheus-json":
-        return _parse_json(text)
-    if fmt == "prometheus-text":
-        return _parse_text(text, interval_s)
-    raise TelemetryImportError(f"unknown telemetry format {fmt!r}; accepted: {', '.join(FORMATS)}")
+    if fmt not in TELEMETRY_FORMATS:
+        raise TelemetryImportError(f"unknown telemetry format {fmt!r}; accepted: {', '.join(TELEMETRY_FORMATS)}")
+    return TELEMETRY_FORMATS[fmt].parse(text, interval_s)
 
 
 def _parse_json(text: str) -> list[Series]:
@@ -183,6 +215,12 @@ def _gpu_index(series: Series) -> int:
 
 
 def guess_format(text: str) -> str:
-    """The format of an export: JSON for an API answer, else the text format."""
-    stripped = text.lstrip()
-    return "prometheus-json" if stripped.startswith("{") else "prometheus-text"
+    """The first registered format that recognizes the text (JSON for an API answer, else the text format)."""
+    for fmt in TELEMETRY_FORMATS.values():
+        if fmt.recognizes(text):
+            return fmt.name
+    raise TelemetryImportError(f"the export is in no known format; accepted: {', '.join(TELEMETRY_FORMATS)}")
+
+
+register_telemetry_format(_Format("prometheus-json", lambda text: text.lstrip().startswith("{"), lambda text, _interval: _parse_json(text)))
+register_telemetry_format(_Format("prometheus-text", lambda text: True, _parse_text))
