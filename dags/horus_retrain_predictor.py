@@ -14,6 +14,10 @@ extract -> build_dataset -> retrain_predictor / retrain_interference -> promote 
   in ``model_registry/promotion_policy.yaml``. It is the last step that writes to the registry, so a run
   that fails anywhere before leaves the champion untouched; re-running is safe.
 - **report** logs what happened to the experiment ``horus-retraining``.
+
+Tasks hand tables on as CSV artifacts of one MLflow run per DAG run (experiment
+``horus-retraining-data``; its id travels by XCom), never through a local disk: with the Celery or
+Kubernetes executor the next task runs on another worker.
 """
 
 from __future__ import annotations
@@ -21,7 +25,6 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from airflow.sdk import DAG, Param, get_current_context, task
@@ -33,15 +36,6 @@ PARAMS = {
     "policy": Param("model_registry/promotion_policy.yaml", type="string", description="promotion thresholds"),
     "force": Param(False, type="boolean", description="retrain even when no profiling run is new"),
 }
-
-
-def _staging() -> Path:
-    from horus_airflow.settings import Settings
-
-    run_id = get_current_context()["run_id"]
-    folder = Settings.from_env().home / "retraining" / "".join(c if c.isalnum() or c in "-_." else "_" for c in run_id)
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
 
 
 with DAG(
@@ -60,6 +54,7 @@ with DAG(
         from horus_airflow.registry.retraining import (
             all_profiling_runs,
             last_retraining_until_ms,
+            stage_tables,
         )
         from horus_airflow.registry.retraining import extract as extract_runs
         from horus_airflow.settings import Settings
@@ -69,10 +64,9 @@ with DAG(
         last = last_retraining_until_ms(settings)
         if extracted.newest_ms <= last and not (params or {}).get("force"):
             raise AirflowSkipException(f"no profiling run since the last retraining ({extracted.runs_read} runs read)")
-        folder = _staging()
-        extracted.write(folder)
+        data_run = stage_tables(settings, get_current_context()["run_id"], extracted.tables())
         reasons = extracted.set_aside["reason"].value_counts().to_dict() if len(extracted.set_aside) else {}
-        return {"folder": str(folder), "runs_read": extracted.runs_read, "predictor_rows": len(extracted.predictor_rows),
+        return {"data_run": data_run, "runs_read": extracted.runs_read, "predictor_rows": len(extracted.predictor_rows),
                 "pairs": len(extracted.pairs), "set_aside": len(extracted.set_aside), "set_aside_reasons": reasons,
                 "newest_ms": extracted.newest_ms}
 
@@ -80,40 +74,36 @@ with DAG(
     def build_dataset(extracted: dict[str, Any], params: dict[str, Any] | None = None) -> dict[str, Any]:
         import pandas as pd
 
-        from horus_airflow.registry.retraining import build_predictor_data
+        from horus_airflow.registry.retraining import build_predictor_data, stage_tables, staged_table
         from horus_airflow.settings import Settings
 
-        folder = Path(extracted["folder"])
-        seed = pd.read_csv(Settings.from_env().project_file((params or {})["seed_data"]))
-        data = build_predictor_data(seed, pd.read_csv(folder / "profiling_rows.csv"))
-        data.rows.to_csv(folder / "rows.csv", index=False)
-        data.rejected.to_csv(folder / "rejected.csv", index=False)
+        settings = Settings.from_env()
+        seed = pd.read_csv(settings.project_file((params or {})["seed_data"]))
+        data = build_predictor_data(seed, staged_table(settings, extracted["data_run"], "profiling_rows"))
+        stage_tables(settings, get_current_context()["run_id"], {"rows": data.rows, "rejected": data.rejected}, extracted["data_run"])
         reasons = data.rejected["reason"].value_counts().to_dict() if len(data.rejected) else {}
         return {**extracted, "rows": len(data.rows), "rejected": len(data.rejected), "rejected_reasons": reasons}
 
     @task
     def retrain_predictor(dataset: dict[str, Any], params: dict[str, Any] | None = None) -> dict[str, Any]:
-        import pandas as pd
-
         from horus_airflow.predictor.dataset import ValidatedData
-        from horus_airflow.registry.retraining import PromotionPolicy, compare_predictor
+        from horus_airflow.registry.retraining import PromotionPolicy, compare_predictor, staged_table
         from horus_airflow.settings import Settings
 
         settings = Settings.from_env()
         policy = PromotionPolicy.load(settings.project_file((params or {})["policy"]))
-        folder = Path(dataset["folder"])
-        data = ValidatedData(pd.read_csv(folder / "rows.csv"), pd.read_csv(folder / "rejected.csv"))
-        comparison = compare_predictor(settings, data, policy.predictor, source=f"retraining {folder.name}")
+        data_run = dataset["data_run"]
+        data = ValidatedData(staged_table(settings, data_run, "rows"), staged_table(settings, data_run, "rejected"))
+        comparison = compare_predictor(settings, data, policy.predictor, source=f"retraining data run {data_run}")
         return json.loads(json.dumps(asdict(comparison)))
 
     @task
     def retrain_interference(extracted: dict[str, Any], params: dict[str, Any] | None = None) -> dict[str, Any]:
-        import pandas as pd
-
         from horus_airflow.interference.pairs import read_pairs
         from horus_airflow.registry.retraining import (
             PromotionPolicy,
             compare_interference,
+            staged_table,
         )
         from horus_airflow.settings import Settings
 
@@ -121,10 +111,10 @@ with DAG(
             raise AirflowSkipException("no co-located pair was profiled: the interference model is left as it is")
         settings = Settings.from_env()
         policy = PromotionPolicy.load(settings.project_file((params or {})["policy"]))
-        folder = Path(extracted["folder"])
         seed = read_pairs(settings.project_file((params or {})["seed_pairs"]))
-        profiled = pd.read_csv(folder / "profiling_pairs.csv")
-        comparison = compare_interference(settings, seed, profiled, policy.interference, source=f"retraining {folder.name}")
+        profiled = staged_table(settings, extracted["data_run"], "profiling_pairs")
+        comparison = compare_interference(settings, seed, profiled, policy.interference,
+                                          source=f"retraining data run {extracted['data_run']}")
         return json.loads(json.dumps(asdict(comparison)))
 
     @task(trigger_rule="none_failed")

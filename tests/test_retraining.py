@@ -17,6 +17,8 @@ from horus_airflow.features.graph import GraphFeatures
 from horus_airflow.placement import GpuState
 from horus_airflow.predictor.dataset import ValidatedData, read_training_data
 from horus_airflow.registry import retraining as R
+from horus_airflow.registry.schema import Experiment, Tag, tag_equals
+from horus_airflow.registry.store import search
 from horus_airflow.registry.predictor import champion_version, train_predictor
 from horus_airflow.registry.profiling import ProfilingRecord, log_profiling_run
 from horus_airflow.settings import Settings
@@ -169,6 +171,12 @@ def test_the_retraining_dag_promotes_skips_when_nothing_is_new_and_fails_safely(
     states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
     assert states["retrain_interference"] == "skipped"  # no co-located profiling run
     assert champion_version(settings) == "2"  # the failed run stopped before registering anything
+    # tasks handed their tables on through MLflow, not through a folder of this machine
+    assert not (horus_home / "retraining").exists()
+    [data_run] = search(settings, Experiment.RETRAINING_DATA, tag_equals(Tag.AIRFLOW_RUN_ID, run.run_id))
+    assert data_run.info.status == "FINISHED"
+    staged = R.staged_table(settings, data_run.info.run_id, "rows")
+    assert len(staged) >= len(rows) and set(staged.columns) >= {"model", "gpu_type", "gpu_util"}
 
     again = fresh_dag().test()
     states = {ti.task_id: str(ti.state) for ti in again.get_task_instances()}

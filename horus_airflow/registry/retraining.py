@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ import mlflow
 import numpy as np
 import pandas as pd
 import yaml
-from mlflow.entities import Run
+from mlflow.entities import Run, RunStatus
 from mlflow.exceptions import MlflowException
 from mlflow.models import EvaluationResult, MetricThreshold
 
@@ -47,7 +48,7 @@ from horus_airflow.registry.predictor import (
     load_predictor,
     train_predictor,
 )
-from horus_airflow.registry.store import logged_run, search
+from horus_airflow.registry.store import client, experiment_id, logged_run, search
 from horus_airflow.settings import Settings
 from horus_airflow.registry.schema import Experiment, Metric, Param, Tag
 
@@ -113,11 +114,34 @@ class Extracted:
     runs_read: int
     newest_ms: int
 
-    def write(self, folder: Path) -> None:
-        folder.mkdir(parents=True, exist_ok=True)
-        self.predictor_rows.to_csv(folder / "profiling_rows.csv", index=False)
-        self.pairs.to_csv(folder / "profiling_pairs.csv", index=False)
-        self.set_aside.to_csv(folder / "set_aside.csv", index=False)
+    def tables(self) -> dict[str, pd.DataFrame]:
+        return {"profiling_rows": self.predictor_rows, "profiling_pairs": self.pairs, "set_aside": self.set_aside}
+
+
+def stage_tables(settings: Settings, airflow_run_id: str, tables: dict[str, pd.DataFrame], run_id: str | None = None) -> str:
+    """Keep tables one retraining task hands the next as CSV artifacts of an MLflow run (experiment
+    ``horus-retraining-data``, one run per DAG run), not on a local disk: the next task may run on
+    another worker. Returns the run's id; give it back to add tables to the same run."""
+    mlflow_client = client(settings)
+    if run_id is None:
+        run_id = mlflow_client.create_run(experiment_id(mlflow_client, settings, Experiment.RETRAINING_DATA),
+                                          run_name=f"data-{airflow_run_id}"[:250],
+                                          tags={Tag.AIRFLOW_RUN_ID: airflow_run_id, Tag.RUN_KIND: "retraining-data"}).info.run_id
+    try:
+        with tempfile.TemporaryDirectory(prefix="horus-staged-") as folder:
+            for name, table in tables.items():
+                table.to_csv(Path(folder) / f"{name}.csv", index=False)
+            mlflow_client.log_artifacts(run_id, folder, artifact_path="tables")
+    finally:  # never left RUNNING: a later task adds its tables to a closed run
+        mlflow_client.set_terminated(run_id, RunStatus.to_string(RunStatus.FINISHED))
+    return run_id
+
+
+def staged_table(settings: Settings, run_id: str, name: str) -> pd.DataFrame:
+    """A table :func:`stage_tables` kept."""
+    with tempfile.TemporaryDirectory(prefix="horus-staged-") as folder:
+        path = client(settings).download_artifacts(run_id, f"tables/{name}.csv", folder)
+        return pd.read_csv(path)
 
 
 def all_profiling_runs(settings: Settings) -> list[Run]:

@@ -15,6 +15,7 @@ class Experiment:
     PREDICTOR_TRAINING: Final = "horus-predictor-training"
     INTERFERENCE_TRAINING: Final = "horus-interference-training"
     RETRAINING: Final = "horus-retraining"
+    RETRAINING_DATA: Final = "horus-retraining-data"  # tables the retraining DAG's tasks hand on
     SIMULATIONS: Final = "horus-simulations"
 
 
