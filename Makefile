@@ -34,11 +34,11 @@ evaluate: $(STAMP)
 	$(BIN)/python benchmarks/evaluate.py --out evaluation
 
 # Debian packages the tests start: headless Chromium for the UI's browser tests (Playwright's own download
-# does not work here) and PostgreSQL for the multi-service stack suite (tests/stack).
+# does not work here), PostgreSQL and Redis (the Celery broker) for the multi-service stack suite (tests/stack).
 system-deps:
-	@command -v chromium >/dev/null && command -v chromedriver >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null && command -v redis-server >/dev/null && ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium chromium-driver postgresql; }
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium chromium-driver postgresql redis-server; }
 
 test: $(STAMP) system-deps
 	$(BIN)/python -m pytest -ra $(PYTEST_ARGS)

@@ -2,6 +2,10 @@
 ``mlflow server`` on it with an artifact directory, and ``airflow standalone`` on it (LocalExecutor),
 every one on 127.0.0.1, started by this harness and stopped by the process-group id it recorded.
 
+With ``executor="CeleryExecutor"`` it is compose's ``--profile celery`` instead: Debian's Redis as the
+broker, Airflow's api-server, scheduler, DAG processor and triggerer as separate processes, and
+``workers`` Celery workers, each with its own ``HORUS_HOME`` and temp dir, as if on machines of their own.
+
 ``SERVICES`` and ``POSTGRES_MAJOR`` are what test_compose_matches_the_local_stack compares with
 docker-compose.yaml, so the two cannot drift apart.
 """
@@ -28,6 +32,7 @@ from tests.servers import REPO, free_port
 POSTGRES_MAJOR = 15
 SERVICES = ("postgres", "mlflow", "airflow-init", "airflow-apiserver", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer")
 EXECUTOR = "LocalExecutor"
+CELERY = "CeleryExecutor"
 DATABASES = ("airflow", "mlflow")
 
 
@@ -54,6 +59,8 @@ class LocalStack:
     jwt_secret: str = field(default_factory=lambda: secrets.token_urlsafe(48))
     pg_dir: Path | None = None
     artifacts_mounted: bool = False
+    executor: str = EXECUTOR
+    workers: int = 2
     _processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
 
     @property
@@ -72,12 +79,20 @@ class LocalStack:
     def horus_home(self) -> Path:
         return self.root / "horus"
 
+    def worker_root(self, index: int) -> Path:
+        """A Celery worker's own folder: its HORUS_HOME (``horus``) and temp dir (``tmp``)."""
+        return self.root / f"worker-{index}"
+
     def env(self) -> dict[str, str]:
         """What every Airflow process and task sees: the same names docker-compose.yaml sets."""
-        return {
+        celery = {
+            "AIRFLOW__CELERY__BROKER_URL": f"redis://127.0.0.1:{self.ports.get('redis', 0)}/0",
+            "AIRFLOW__CELERY__RESULT_BACKEND": f"db+{self.pg_url.replace('+psycopg2', '')}/airflow",
+        } if self.executor == CELERY else {}
+        return {**celery,
             **{k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW__", "HORUS_", "MLFLOW_TRACKING"))},
             "AIRFLOW_HOME": str(self.root / "airflow"),
-            "AIRFLOW__CORE__EXECUTOR": EXECUTOR,
+            "AIRFLOW__CORE__EXECUTOR": self.executor,
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"{self.pg_url}/airflow",
             "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder),
@@ -116,11 +131,15 @@ class LocalStack:
     # --- lifecycle -------------------------------------------------------------------------------
     def start(self) -> LocalStack:
         self.root.mkdir(parents=True, exist_ok=True)
-        self.ports = {name: free_port() for name in ("postgres", "mlflow", "airflow", "scheduler-health")}
+        self.ports = {name: free_port() for name in ("postgres", "mlflow", "airflow", "scheduler-health", "redis")}
         self._postgres()
         self._artifact_disk()
         self._mlflow()
-        self._airflow()
+        if self.executor == CELERY:
+            self._redis()
+            self._airflow_services()
+        else:
+            self._airflow()
         return self
 
     def stop(self) -> None:
@@ -180,6 +199,8 @@ class LocalStack:
         self._processes[name] = process
 
     def log_tail(self, name: str, chars: int = 3000) -> str:
+        if name == "airflow" and self.executor == CELERY:  # no standalone: the scheduler's and the workers' logs
+            return "\n".join(self.log_tail(part, chars // 3) for part in ("airflow-scheduler", *(f"worker-{i}" for i in range(self.workers))))
         path = self.root / f"{name}.log"
         return path.read_text(errors="replace")[-chars:] if path.exists() else ""
 
@@ -237,6 +258,34 @@ class LocalStack:
         env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"  # standalone starts `airflow ...` from PATH
         self._spawn("airflow", [str(Path(sys.executable).parent / "airflow"), "standalone"], env=env)
         wait_for(lambda: self.is_up("airflow"), 240, lambda: self.log_tail("airflow"))
+
+    def _redis(self) -> None:
+        redis = shutil.which("redis-server")
+        if redis is None:
+            raise RuntimeError("Redis is not installed: apt-get install redis-server (make test does this)")
+        self._spawn("redis", [redis, "--bind", "127.0.0.1", "--port", str(self.ports["redis"]), "--save", "", "--appendonly", "no"])
+        wait_for(lambda: _port_open(self.ports["redis"]), 30, lambda: self.log_tail("redis"))
+
+    def _airflow_services(self) -> None:
+        """Compose's Airflow services, one process each (``airflow standalone`` runs only LocalExecutor),
+        and the Celery workers."""
+        (self.root / "passwords.json").write_text(json.dumps({"admin": self.admin_password}))
+        env = self.env()
+        env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+        # the cluster policy that sends consecutive tasks to different workers (celery_settings/)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).parent / "celery_settings"), env.get("PYTHONPATH")]))
+        airflow = str(Path(sys.executable).parent / "airflow")
+        subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True, cwd=self.root, timeout=600)
+        for service in ("api-server", "scheduler", "dag-processor", "triggerer"):
+            self._spawn(f"airflow-{service}", [airflow, service], env=env)
+        for index in range(self.workers):
+            home = self.worker_root(index)
+            (home / "tmp").mkdir(parents=True, exist_ok=True)
+            worker_env = {**env, "HORUS_HOME": str(home / "horus"), "TMPDIR": str(home / "tmp"),
+                          "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port())}
+            self._spawn(f"worker-{index}", [airflow, "celery", "worker", "--celery-hostname", f"worker{index}@%h",
+                                            "--queues", f"default,worker-{index}", "--concurrency", "4"], env=worker_env)
+        wait_for(lambda: self.is_up("airflow"), 240, lambda: self.log_tail("airflow-api-server"))
 
     # --- Airflow REST API ------------------------------------------------------------------------
     def token(self) -> str:
@@ -323,6 +372,14 @@ def alive_in_group(pgid: int) -> list[int]:
         if fields[0] != "Z" and int(fields[2]) == pgid:
             alive.append(int(process.name))
     return alive
+
+
+def _port_open(port: int) -> bool:
+    import socket
+
+    with socket.socket() as probe:
+        probe.settimeout(1)
+        return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
 def http_ok(url: str) -> bool:
