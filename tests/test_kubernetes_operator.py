@@ -16,6 +16,7 @@ from horus_airflow.operators.kubernetes import HorusKubernetesPodOperator
 from horus_airflow.placement import ClusterState, GpuState, Resident
 from tests.conftest import DAGS_FOLDER, REPO, load_dag_file
 from tests.kube_double import FakeKubeApi, Lifecycle, gpu_node
+from tests.servers import free_port
 
 
 def _state_file(tmp_path: Path, busy: bool) -> str:
@@ -240,6 +241,23 @@ def test_a_failed_pod_fails_the_task_and_releases(airflow_db: Path, cluster: Fak
     _dag, dag_run = _run("horus_test_k8s_sync", caplog)
     assert str(dag_run.state) == "failed"
     assert cluster.configmap("horus", "horus-ledger")["data"] == {}
+
+
+@pytest.mark.airflow
+def test_a_pod_whose_profiling_run_cannot_be_logged_fails_its_task_as_a_local_one_does(
+    airflow_db: Path, cluster: FakeKubeApi, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """The same failure behaviour on both backends (docs/EXTENDING.md): the pod ran, but MLflow cannot take
+    its profiling run, so the task fails (to be retried) instead of losing the run quietly; GPUs released."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{free_port()}")  # nothing listens
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "3")
+    _dag, dag_run = _run("horus_test_k8s_sync", caplog)
+    assert str(dag_run.state) == "failed"
+    assert cluster.created and cluster.configmap("horus", "horus-ledger")["data"] == {}
+    printed = capfd.readouterr()
+    assert "ran, but its profiling run was not logged" in printed.out + printed.err  # the task's log says why
 
 
 def test_killing_or_clearing_a_task_releases_its_gpus(cluster: FakeKubeApi, tmp_path: Path) -> None:

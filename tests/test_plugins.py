@@ -8,6 +8,7 @@ import importlib
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -117,10 +118,17 @@ def test_without_the_package_the_plugin_is_unknown() -> None:
         parse_profile({"name": "x", "scores": [{"name": "prefer-high-index"}]})
 
 
-def test_a_registered_trace_reader_is_read_like_the_built_in_ones(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def registered_minutes() -> Iterator[None]:
     from horus_airflow.simulator import traces
 
-    monkeypatch.setattr(traces, "TRACE_READERS", dict(traces.TRACE_READERS))
+    yield
+    traces.TRACE_READERS.pop("minutes", None)
+
+
+def test_a_registered_trace_reader_is_read_like_the_built_in_ones(tmp_path: Path, registered_minutes: None) -> None:
+    from horus_airflow.simulator import traces
+
     traces.register_trace_reader(traces.CsvTraceReader(
         "minutes", "arrival and duration in minutes", ("id", "at_min", "gpus", "for_min", "model"),
         lambda row: (60.0 * row["at_min"], int(row["gpus"]), 60.0 * row["for_min"],

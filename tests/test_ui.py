@@ -295,12 +295,14 @@ current-context: x
 
 def test_one_reading_serves_every_viewer_and_is_refreshed_in_the_background(tmp_path: Path, token: str) -> None:
     settings = Settings.from_env({"HORUS_HOME": str(tmp_path / "h"), "HORUS_LOCAL_GPUS": "1xt4"})
-    api = TestClient(create_app(lambda: settings, cache_s=0.2, stale_s=30.0))
+    now = [1000.0]
+    api = TestClient(create_app(lambda: settings, cache_s=2.0, stale_s=30.0, clock=lambda: now[0]))
     api.cookies.set("_token", token)
     assert api.get("/api/v1/cluster").json()["totals"]["busy_gpus"] == 0
     SqliteLedger(settings.ledger_path).reserve(0, "late", "d/t/r/-1", [Booking("local/0", 50, 60, 1000)], now=time.time(), lease_s=600)
+    now[0] += 1.9
     assert api.get("/api/v1/cluster").json()["totals"]["busy_gpus"] == 0  # younger than cache_s: served as it is
-    time.sleep(0.3)
+    now[0] += 0.2
     assert api.get("/api/v1/cluster").json()["totals"]["busy_gpus"] == 0  # stale: served, and refreshed meanwhile
     deadline = time.monotonic() + 10
     while api.get("/api/v1/cluster").json()["totals"]["busy_gpus"] == 0:

@@ -23,6 +23,7 @@ from typing import Any, Callable, Protocol
 import pandas as pd
 
 from horus_airflow.errors import HorusError, InvalidJobError
+from horus_airflow.registries import Registry
 from horus_airflow.simulator.workloads import Workload, gavel_workload, trace_workload
 
 class TraceError(HorusError):
@@ -59,15 +60,8 @@ class TraceReader(Protocol):
     def read(self, path: Path, gpu_type: str, isolated: pd.DataFrame | None) -> Trace: ...
 
 
-TRACE_READERS: dict[str, TraceReader] = {}
-
-
-def register_trace_reader(reader: TraceReader) -> TraceReader:
-    """Make a format readable by ``horus simulate --trace-format`` and :func:`read_trace`."""
-    if reader.name in TRACE_READERS:
-        raise ValueError(f"trace format {reader.name!r} is already registered")
-    TRACE_READERS[reader.name] = reader
-    return reader
+TRACE_READERS: Registry[TraceReader] = Registry("trace format")
+register_trace_reader = TRACE_READERS.register  # a format readable by ``horus simulate --trace-format`` and read_trace
 
 
 def read_trace(path: Path | str, trace_format: str, gpu_type: str, isolated: pd.DataFrame | None = None) -> Trace:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Callable, Protocol
 
 from horus_airflow.errors import HorusError
+from horus_airflow.registries import Registry
 from horus_airflow.telemetry.samples import GpuReading, Sample, measured
 from horus_airflow.validation import in_range
 
@@ -78,15 +79,8 @@ class TelemetryFormat(Protocol):
     def parse(self, text: str, interval_s: float) -> list[Series]: ...
 
 
-TELEMETRY_FORMATS: dict[str, TelemetryFormat] = {}
-
-
-def register_telemetry_format(fmt: TelemetryFormat) -> TelemetryFormat:
-    """Make a format readable by ``horus telemetry import --format`` (guessed in registration order)."""
-    if fmt.name in TELEMETRY_FORMATS:
-        raise ValueError(f"telemetry format {fmt.name!r} is already registered")
-    TELEMETRY_FORMATS[fmt.name] = fmt
-    return fmt
+TELEMETRY_FORMATS: Registry[TelemetryFormat] = Registry("telemetry format")
+register_telemetry_format = TELEMETRY_FORMATS.register  # readable by ``horus telemetry import --format``, guessed in this order
 
 
 @dataclass(frozen=True)

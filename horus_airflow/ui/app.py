@@ -67,15 +67,16 @@ def _hidden(user: Any, dag_ids: set[str]) -> frozenset[str]:
 
 
 def create_app(
-    settings: Callable[[], Settings] = Settings.from_env, cache_s: float = 2.0, stale_s: float = 30.0
+    settings: Callable[[], Settings] = Settings.from_env, cache_s: float = 2.0, stale_s: float = 30.0,
+    clock: Callable[[], float] = time.monotonic,
 ) -> FastAPI:
     """The app; ``settings`` is read once, at the first request, so an Airflow API server started before
     HORUS_* variables were final still sees them. One cluster reading serves every viewer for ``cache_s``
     and, refreshed in the background, for up to ``stale_s`` (a big cluster should not be listed once per
-    open tab, nor make each viewer wait for the listing)."""
+    open tab, nor make each viewer wait for the listing). ``clock`` ages the reading (tests pass their own)."""
     app = FastAPI(title="Horus for Airflow", version="1", docs_url=None, redoc_url=None, openapi_url=None,
                   dependencies=[Depends(_access())])
-    state = _State(settings, cache_s, stale_s)
+    state = _State(settings, cache_s, stale_s, clock)
 
     @app.exception_handler(RequestValidationError)
     async def _bad_query(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -188,8 +189,9 @@ def create_app(
 class _State:
     """Settings, the cluster source and a short-lived cluster reading, made at first use."""
 
-    def __init__(self, settings: Callable[[], Settings], cache_s: float, stale_s: float) -> None:
+    def __init__(self, settings: Callable[[], Settings], cache_s: float, stale_s: float, clock: Callable[[], float]) -> None:
         self._settings_factory = settings
+        self._clock = clock
         self._settings: Settings | None = None
         self._source: ClusterSource | None = None
         self._cache_s = cache_s
@@ -216,10 +218,10 @@ class _State:
         a viewer waits for the API server only on the first request or after a long idle spell. Each
         filter's answer (and set of DAGs the viewer may not read) is serialised once per reading: building
         an 8,192-GPU answer costs more than serving it."""
-        now = time.monotonic()
+        now = self._clock()
         cached = self._cached
         if cached is None or now - cached[0] >= self._stale_s:
-            cached = self._cached = (time.monotonic(), self.source().cluster(), {})
+            cached = self._cached = (self._clock(), self.source().cluster(), {})
         elif now - cached[0] >= self._cache_s and self._refreshing.acquire(blocking=False):
             threading.Thread(target=self._refresh, name="horus-view-refresh", daemon=True).start()
         _, reading, answers = cached
@@ -233,7 +235,7 @@ class _State:
 
     def _refresh(self) -> None:
         try:
-            self._cached = (time.monotonic(), self.source().cluster(), {})
+            self._cached = (self._clock(), self.source().cluster(), {})
         except Exception:
             log.warning("Horus view: refreshing the cluster reading failed", exc_info=True)
         finally:
