@@ -13,7 +13,7 @@ export MLFLOW_DISABLE_TELEMETRY ?= true
 export HORUS_PROJECT_ROOT ?= $(CURDIR)
 export AIRFLOW__CORE__PLUGINS_FOLDER ?= $(CURDIR)/plugins
 
-.PHONY: install system-deps demo test audit evaluate clean
+.PHONY: install system-deps demo test test-fast audit evaluate clean
 
 install: $(STAMP)
 
@@ -42,6 +42,10 @@ system-deps:
 
 test: $(STAMP) system-deps
 	$(BIN)/python -m pytest -ra $(PYTEST_ARGS)
+
+# What needs no server, browser, Airflow or subprocess: the core's unit tests, in under 3 minutes.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -ra -m "not integration and not airflow and not browser and not stack" $(PYTEST_ARGS)
 
 # pip-audit (its own venv) over .venv. Where no vulnerability database is reachable it says NOT AUDITED
 # and succeeds, unless HORUS_AUDIT_REQUIRED=1; known, unfixable vulnerabilities: deploy/audit-ignore.txt.

@@ -79,6 +79,7 @@ def test_cluster_states_mutated_parse_or_are_refused_in_one_line() -> None:
 VALID_PROFILE = yaml.safe_load((REPO / "horus_airflow/placement/profiles/horus-ml.yaml").read_text())
 
 
+@pytest.mark.integration
 def test_profiles_mutated_parse_or_are_refused_in_one_line() -> None:
     for broken in mutations(VALID_PROFILE, MUTATIONS, seed=2):
         refused_in_one_line(lambda: parse_profile(broken), ProfileError)
@@ -229,6 +230,7 @@ CLI_CASES = {  # name -> (arguments, what stderr says)
 }
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("case", sorted(CLI_CASES))
 def test_the_cli_refuses_bad_input_in_one_line_and_leaves_nothing_behind(case: str, files: dict[str, Path], horus_home: Path) -> None:
     from mlflow.tracking import MlflowClient

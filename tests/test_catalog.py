@@ -26,6 +26,7 @@ def test_the_catalog_holds_every_required_model_and_dataset() -> None:
     assert set(REQUIRED_DATASETS) <= set(DATASETS)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("model", sorted(WORKLOADS))
 def test_every_model_trains_a_step_on_its_default_dataset(model: str) -> None:
     workload = WORKLOADS[model]

@@ -26,6 +26,7 @@ def test_cli_answers_help(args: list[str]) -> None:
     assert "usage: horus" in done.stdout
 
 
+@pytest.mark.integration
 def test_predict_json_contract(tmp_path: Path) -> None:
     fresh = {**os.environ, "HORUS_HOME": str(tmp_path)}  # no champion registered: the prior predicts
     fresh.pop("MLFLOW_TRACKING_URI", None)
@@ -38,6 +39,7 @@ def test_predict_json_contract(tmp_path: Path) -> None:
     assert result["gpu_mem_mib"] > 0 and result["predictor"] == "prior"
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -53,6 +55,7 @@ def test_cli_bad_input_exits_2_with_the_accepted_values(args: list[str], message
     assert message in done.stderr
 
 
+@pytest.mark.integration
 def test_train_then_predict_with_the_registered_champion(tmp_path: Path) -> None:
     env = {**os.environ, "HORUS_HOME": str(tmp_path / "horus")}
     seed = Path(__file__).resolve().parent.parent / "data" / "predictor_seed" / "predictor_seed.csv"

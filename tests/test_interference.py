@@ -63,6 +63,7 @@ def test_the_proxy_is_monotone_and_slows_everyone_alike(pairs: pd.DataFrame) -> 
     assert proxy.predict([CoRunner(60, 66, 1000)], GPU_SPECS["v100"]).speeds == (1.0,)
 
 
+@pytest.mark.integration
 def test_the_learned_model_knows_which_pairs_cannot_run_together(learned: LearnedInterference) -> None:
     big = runner("resnet50", 128, "imagenet", 100, 9000)
     assert not learned.predict([big, big], GPU_SPECS["k80"]).fits
@@ -75,6 +76,7 @@ def test_the_learned_model_knows_which_pairs_cannot_run_together(learned: Learne
     assert unknown == learned.fallback.predict([CoRunner(40, 44, 800), small], GPU_SPECS["v100"])
 
 
+@pytest.mark.integration
 def test_the_learned_model_beats_the_proxy_on_unseen_job_types(pairs: pd.DataFrame) -> None:
     scores = {(s.scheme, s.held_out): s for s in evaluate_interference(pairs)}
     jobs, gpus = scores[("job type", "all")], scores[("GPU type", "all")]
@@ -96,6 +98,7 @@ def test_held_out_job_types_never_train_their_own_split(pairs: pd.DataFrame) -> 
     assert np.allclose(before["learned_speed"], after["learned_speed"])
 
 
+@pytest.mark.integration
 def test_registered_and_loaded_like_the_predictor(horus_home: Path, pairs: pd.DataFrame, monkeypatch: pytest.MonkeyPatch) -> None:
     settings = Settings.from_env()
     model, label = load_interference(settings)
@@ -109,6 +112,7 @@ def test_registered_and_loaded_like_the_predictor(horus_home: Path, pairs: pd.Da
     assert isinstance(cached, LearnedInterference) and "registry unreachable, cached champion v1" in label
 
 
+@pytest.mark.integration
 def test_cli_contracts_for_interference_and_place(tmp_path: Path) -> None:
     env = {**os.environ, "HORUS_HOME": str(tmp_path / "horus")}
     trained = subprocess.run([HORUS, "interference-model", "train", "--data", str(PAIRS)], capture_output=True,

@@ -233,6 +233,7 @@ def test_an_unreachable_server_is_one_line(fake: FakeKubeApi, tmp_path: Path) ->
 
 
 # --- concurrency --------------------------------------------------------------------------------
+@pytest.mark.integration
 @pytest.mark.parametrize("profile", ["exclusive", "horus-paper"])
 def test_many_placements_at_once_never_over_commit(fake: FakeKubeApi, tmp_path: Path, profile: str) -> None:
     errors: list[BaseException] = []

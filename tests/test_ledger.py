@@ -53,6 +53,7 @@ def _worker(home: str, job: str, barrier: multiprocessing.synchronize.Barrier, r
         results.put((job, "refused", 0))
 
 
+@pytest.mark.integration
 def test_concurrent_processes_never_share_one_slot_beyond_the_limit(tmp_path: Path) -> None:
     """Twelve processes race for one GPU that takes four residents: exactly four win."""
     workers = 12

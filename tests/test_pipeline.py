@@ -30,6 +30,7 @@ def _nothing_left(settings: Settings) -> None:
     assert mlflow.search_runs([e.experiment_id for e in mlflow.search_experiments()]) == []
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("inventory", "message"),
     [("2xa100", "unknown GPU type 'a100'"), ("two a100s", "does not parse"), ("0xt4", "count must be at least 1")],
@@ -45,6 +46,7 @@ def test_bad_inventory_fails_before_anything_is_reserved(
     _nothing_left(settings)
 
 
+@pytest.mark.integration
 def test_unknown_model_fails_before_anything_is_reserved(horus_home: Path) -> None:
     settings = Settings.from_env()
     with pytest.raises(InvalidJobError, match="Did you mean: resnet18"):
@@ -52,6 +54,7 @@ def test_unknown_model_fails_before_anything_is_reserved(horus_home: Path) -> No
     _nothing_left(settings)
 
 
+@pytest.mark.integration
 def test_a_job_too_big_for_any_gpu_fails_at_once(horus_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HORUS_LOCAL_GPUS", "1xk80")
     settings = Settings.from_env()
@@ -60,6 +63,7 @@ def test_a_job_too_big_for_any_gpu_fails_at_once(horus_home: Path, monkeypatch: 
     _nothing_left(settings)
 
 
+@pytest.mark.integration
 def test_a_job_sharing_a_gpu_records_its_co_residents(horus_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HORUS_LOCAL_GPUS", "1xa100-80gb")
     settings = Settings.from_env()
@@ -84,6 +88,7 @@ def _only_schema_names(run: Run) -> None:
     assert {k for k in run.data.metrics if not k.startswith(Metric.JOB_PREFIX)} >= {Metric.DURATION_S}
 
 
+@pytest.mark.integration
 def test_a_retry_closes_the_run_its_killed_try_left_half_written(horus_home: Path) -> None:
     """A try killed while it logged (Airflow restarted under it) leaves its run RUNNING; the next try of
     the same task instance marks it FAILED with the reason, and leaves other tasks' runs alone."""
@@ -100,6 +105,7 @@ def test_a_retry_closes_the_run_its_killed_try_left_half_written(horus_home: Pat
     assert retry.info.status == "FINISHED" and retry.data.tags[Tag.OWNER] == "dag/train/run/0"
 
 
+@pytest.mark.integration
 def test_an_onnx_model_without_a_command_fails_before_anything_is_reserved(horus_home: Path, tmp_path: Path) -> None:
     settings = Settings.from_env()
     graph = tmp_path / "net.onnx"
@@ -109,6 +115,7 @@ def test_an_onnx_model_without_a_command_fails_before_anything_is_reserved(horus
     _nothing_left(settings)
 
 
+@pytest.mark.integration
 def test_a_job_is_predicted_by_the_registered_champion(horus_home: Path) -> None:
     settings = Settings.from_env()
     seed = Path(__file__).resolve().parent.parent / "data" / "predictor_seed" / "predictor_seed.csv"

@@ -215,6 +215,7 @@ def learned() -> LearnedInterference:
     return LearnedInterference().fit(read_pairs(PAIRS))
 
 
+@pytest.mark.integration
 def test_horus_ml_rejects_a_gpu_where_a_co_runner_would_crawl(learned: LearnedInterference) -> None:
     signature = (12.0, 7.4, 10.0, 1.8, 0.99, 0.01, 0.0, 0.0, 2.9, 0.0)  # a ResNet-50-sized image job
     heavy = Resident("heavy", 95, 99, 30_000, signature)

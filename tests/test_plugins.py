@@ -78,6 +78,7 @@ STATE = ClusterState(tuple(GpuState(f"n1/{i}", "n1", i, "a100-80gb", 80_000) for
 DEMAND = Demand("job", 1, {"a100-80gb": GpuDemand(30, 33, 1000)})
 
 
+@pytest.mark.integration
 def test_an_installed_score_plugin_is_used_from_a_yaml_profile(with_plugin: None, tmp_path: Path) -> None:
     profile_file = tmp_path / "mine.yaml"
     profile_file.write_text(textwrap.dedent("""

@@ -57,6 +57,7 @@ def test_missing_columns_are_named_with_the_schema(seed: pd.DataFrame, tmp_path:
     assert COLUMNS[:3] == ("origin", "origin_ref", "gpu_type")
 
 
+@pytest.mark.integration
 def test_held_out_predictions_never_see_their_own_family(seed: pd.DataFrame) -> None:
     """Change one family's measurements: its held-out predictions must not move."""
     before = evaluate(seed).predictions
@@ -68,6 +69,7 @@ def test_held_out_predictions_never_see_their_own_family(seed: pd.DataFrame) -> 
     assert not np.allclose(before.loc[~resnet, "model.gpu_util"], after.loc[~resnet, "model.gpu_util"])
 
 
+@pytest.mark.integration
 def test_the_model_beats_the_prior_on_unseen_families(seed: pd.DataFrame) -> None:
     evaluation = evaluate(seed)
     util = evaluation.overall("gpu_util")
@@ -77,6 +79,7 @@ def test_the_model_beats_the_prior_on_unseen_families(seed: pd.DataFrame) -> Non
     assert evaluation.metrics()["cv.gpu_util.model.rmsle"] == pytest.approx(util.model.rmsle)
 
 
+@pytest.mark.integration
 def test_predictions_are_bounded_and_p90_is_conservative(seed: pd.DataFrame) -> None:
     model = UtilizationModel().fit(seed)
     assert set(model.trained_rows) == {"gpu_util", "gpu_util_p90"}  # the seed has no measured peak memory
@@ -90,6 +93,7 @@ def test_predictions_are_bounded_and_p90_is_conservative(seed: pd.DataFrame) -> 
     assert demand.on("h100").mem_mib > features.param_bytes * 4 / 2**20  # weights, grads, two Adam moments
 
 
+@pytest.mark.integration
 def test_a_prediction_outside_what_was_measured_is_low_confidence_and_says_why() -> None:
     """bert_large at a batch of 1,048,576 needs hundreds of TB: not a normal answer."""
     from horus_airflow.predictor import AnalyticPrior

@@ -36,6 +36,7 @@ def _closed_port() -> int:
         return probe.getsockname()[1]
 
 
+@pytest.mark.integration
 def test_training_registers_versions_and_aliases(horus_home: Path) -> None:
     settings = Settings.from_env()
     data = read_training_data(SEED)
@@ -57,6 +58,7 @@ def test_training_registers_versions_and_aliases(horus_home: Path) -> None:
     assert version.run_id == first.run_id
 
 
+@pytest.mark.integration
 def test_bad_training_data_logs_and_registers_nothing(horus_home: Path) -> None:
     settings = Settings.from_env()
     one_family = read_training_data(SEED).rows.query("family == 'resnet'")
@@ -70,6 +72,7 @@ def test_bad_training_data_logs_and_registers_nothing(horus_home: Path) -> None:
     assert mlflow.search_registered_models() == []
 
 
+@pytest.mark.integration
 def test_the_operator_side_loads_the_champion_then_its_cache_then_the_prior(
     horus_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -97,6 +100,7 @@ def test_the_operator_side_loads_the_champion_then_its_cache_then_the_prior(
     assert "registry unreachable" in bare.predict("j", features, 1, [GPU_SPECS["v100"]]).explained()
 
 
+@pytest.mark.integration
 def test_loading_the_champion_inside_airflow_warns_nothing(horus_home: Path) -> None:
     """skops finds a function's module by reading its name from every imported module, in import order;
     in a task, Airflow's deprecated aliases come first and each warns when read: 1,160 warnings went into
@@ -116,6 +120,7 @@ def test_loading_the_champion_inside_airflow_warns_nothing(horus_home: Path) -> 
     assert done.stdout.split() == ["TrainedPredictor", "0"], done.stdout + done.stderr[-2000:]
 
 
+@pytest.mark.integration
 def test_many_workers_fetch_the_champion_at_once(horus_home: Path) -> None:
     """Workers placing at the same moment all fetch the champion: none may fail on another's staging file."""
     import threading

@@ -59,6 +59,7 @@ def log_measured(settings: Settings, rows: pd.DataFrame, tmp: Path, **changes: o
     return ids
 
 
+@pytest.mark.integration
 def test_extraction_sets_aside_what_it_cannot_learn_from_and_keeps_every_good_row(horus_home: Path, tmp_path: Path) -> None:
     settings = Settings.from_env()
     rows = seed_rows()
@@ -82,6 +83,7 @@ def test_extraction_sets_aside_what_it_cannot_learn_from_and_keeps_every_good_ro
     assert data.rejected.set_index("origin_ref").loc[negative[0], "reason"] == "gpu_util outside 0-100"
 
 
+@pytest.mark.integration
 def test_pairs_compare_throughput_together_with_the_same_job_alone(horus_home: Path, tmp_path: Path) -> None:
     settings = Settings.from_env()
     two = seed_rows().drop_duplicates("family").head(2)
@@ -98,6 +100,7 @@ def test_pairs_compare_throughput_together_with_the_same_job_alone(horus_home: P
     assert set(extracted.pairs["family_a"]) == set(two["family"].astype(str))
 
 
+@pytest.mark.integration
 def test_a_worse_challenger_is_not_promoted(horus_home: Path, tmp_path: Path) -> None:
     settings = Settings.from_env()
     rows = seed_rows()
@@ -111,6 +114,7 @@ def test_a_worse_challenger_is_not_promoted(horus_home: Path, tmp_path: Path) ->
     assert champion_version(settings) == "1"
 
 
+@pytest.mark.integration
 def test_a_better_challenger_is_promoted(horus_home: Path, tmp_path: Path) -> None:
     settings = Settings.from_env()
     rows = seed_rows()
@@ -126,6 +130,7 @@ def test_a_better_challenger_is_promoted(horus_home: Path, tmp_path: Path) -> No
     assert champion_version(settings) == "2"
 
 
+@pytest.mark.integration
 def test_a_registry_that_goes_away_before_promotion_leaves_the_champion(horus_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from mlflow.exceptions import MlflowException
 
@@ -197,6 +202,7 @@ def test_the_profiling_dag_profiles_alone_and_in_pairs(airflow_db: Path, horus_h
     assert set(extracted.set_aside["reason"]) == {"no GPU measured (NVML absent or declared GPU)"}
 
 
+@pytest.mark.integration
 def test_bootstrap_seeds_both_models_once_with_their_cards(horus_home: Path) -> None:
     from horus_airflow.registry.bootstrap import bootstrap
     from horus_airflow.registry.store import client
@@ -211,6 +217,7 @@ def test_bootstrap_seeds_both_models_once_with_their_cards(horus_home: Path) -> 
     assert "held-out-family utilization RMSLE" in client(settings).get_model_version("horus-gpu-utilization", "1").description
 
 
+@pytest.mark.integration
 def test_the_campaign_runs_end_to_end_without_a_gpu_and_says_so(tmp_path: Path) -> None:
     import json
     import subprocess
@@ -228,6 +235,7 @@ def test_the_campaign_runs_end_to_end_without_a_gpu_and_says_so(tmp_path: Path) 
     assert report["set_aside"] == 4 and report["predictor_rows"] == 0
 
 
+@pytest.mark.integration
 def test_the_interference_model_is_compared_and_promoted_by_the_same_rules(horus_home: Path) -> None:
     """Gavel's measured pairs stand in for profiled pairs: the challenger must beat a champion trained
     on scrambled speeds, and is judged by speed MAE on held-out job types."""

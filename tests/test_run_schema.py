@@ -58,6 +58,7 @@ def test_a_policy_client_applies_its_policy_to_each_call(settings: Settings, mon
     assert seen == [1, MLFLOW_HTTP_REQUEST_MAX_RETRIES.default]
 
 
+@pytest.mark.integration
 def test_search_reads_every_page_and_nothing_of_a_missing_experiment(settings: Settings) -> None:
     assert search(settings, "no-such-experiment") == []
     mlflow = client(settings)

@@ -43,6 +43,7 @@ def gavel_trace(path: Path, jobs: list[tuple[str, float, float, int]]) -> Path:
     return path
 
 
+@pytest.mark.integration
 def test_exclusive_queues_the_second_job(tmp_path: Path, isolated: pd.DataFrame, models) -> None:  # type: ignore[no-untyped-def]
     truth, policy = models
     trace = read_trace(gavel_trace(tmp_path / "t.trace", [(RESNET18, 1000, 0, 1), (LM, 1000, 0, 1)]), "gavel", "v100", isolated)
@@ -66,6 +67,7 @@ def test_sharing_runs_each_job_at_its_measured_speed(tmp_path: Path, isolated: p
     assert summarize(run).avg_slowdown > 1.0
 
 
+@pytest.mark.integration
 def test_a_pair_that_could_not_run_together_crashes_and_restarts(tmp_path: Path, isolated: pd.DataFrame, models) -> None:  # type: ignore[no-untyped-def]
     truth, policy = models
     jobs = [("ResNet-50 (batch size 64)", 0, 0, 1), ("Transformer (batch size 256)", 0, 10, 1)]
@@ -128,6 +130,7 @@ def test_ground_truth_needs_a_measured_gpu_type() -> None:
         split_models(read_pairs(DATA / "gavel_pairs.csv"), "a100-80gb")
 
 
+@pytest.mark.integration
 def test_simulate_cli_writes_the_json_contract_and_a_plot(tmp_path: Path) -> None:
     trace = gavel_trace(tmp_path / "t.trace", [(RESNET18, 1000, 0, 1), (LM, 1000, 0, 1), (RESNET18, 500, 100, 1)])
     out, png = tmp_path / "out.json", tmp_path / "out.png"

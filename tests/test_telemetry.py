@@ -179,6 +179,7 @@ def test_prometheus_api_answers_parse_and_bad_exports_say_what_is_expected() -> 
         dcgm.parse("x", "csv")
 
 
+@pytest.mark.integration
 def test_an_import_logs_each_job_once(horus_home: Path, tmp_path: Path) -> None:
     from horus_airflow.cli import main
     from horus_airflow.registry.retraining import all_profiling_runs
@@ -198,6 +199,7 @@ def test_an_import_logs_each_job_once(horus_home: Path, tmp_path: Path) -> None:
     assert main(["telemetry", "import", str(export), "--job", "train-a=resnt18:32"]) == 2  # a typo is refused
 
 
+@pytest.mark.integration
 def test_horus_run_with_a_job_logs_a_profiling_run(horus_home: Path, tmp_path: Path) -> None:
     from horus_airflow.registry.retraining import all_profiling_runs
     from horus_airflow.settings import Settings
@@ -272,6 +274,7 @@ def _alive(pid: int) -> bool:
     return status != "Z"
 
 
+@pytest.mark.integration
 def test_a_profiling_run_whose_artifacts_are_refused_is_failed_with_its_reason(
     horus_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -303,6 +306,7 @@ def test_a_profiling_run_whose_artifacts_are_refused_is_failed_with_its_reason(
     assert logged.data.metrics["duration_s"] == 10.0 and logged.data.metrics["samples"] == 50  # what was acknowledged is kept
 
 
+@pytest.mark.integration
 def test_a_retry_closes_its_killed_trys_run_before_logging_its_own(
     horus_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

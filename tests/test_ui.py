@@ -55,6 +55,7 @@ def api(seeded: Seeded, token: str) -> TestClient:
 
 
 # --- access ----------------------------------------------------------------------------------------
+@pytest.mark.integration
 @pytest.mark.parametrize("path", ROUTES)
 def test_anonymous_requests_are_refused_everywhere(seeded: Seeded, token: str, path: str) -> None:
     anonymous = client_for(seeded.settings, None)
@@ -115,6 +116,7 @@ def test_map_filters_and_bad_filters(api: TestClient, seeded: Seeded) -> None:
     assert malformed.status_code == 400 and "dag_id" in malformed.json()["detail"]
 
 
+@pytest.mark.integration
 def test_an_empty_home_says_what_to_do(tmp_path: Path, token: str) -> None:
     empty = client_for(Settings.from_env({"HORUS_HOME": str(tmp_path / "empty"), "HORUS_LOCAL_GPUS": "1xt4"}), token)
     body = empty.get("/api/v1/cluster").json()
@@ -252,6 +254,7 @@ def cluster(tmp_path: Path) -> Iterator[tuple[FakeKubeApi, Path]]:
         yield fake, fake.kubeconfig(tmp_path / "kubeconfig.json")
 
 
+@pytest.mark.integration
 def test_the_kubernetes_source_reads_nodes_bookings_and_pods_without_writing(cluster: tuple[FakeKubeApi, Path], token: str, tmp_path: Path) -> None:
     fake, kubeconfig = cluster
     settings = Settings.from_env({"HORUS_HOME": str(tmp_path / "h"), "HORUS_UI_SOURCE": "kubernetes", "HORUS_KUBECONFIG": str(kubeconfig)})

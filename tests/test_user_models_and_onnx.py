@@ -102,6 +102,7 @@ def resnet18_onnx(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.mark.integration
 def test_onnx_forward_flops_match_pytorch_counts(resnet18_onnx: Path) -> None:
     from_onnx = extract_features(str(resnet18_onnx), 32, "cifar10")
     from_torch = extract_features("resnet18", 32, "cifar10")
