@@ -87,7 +87,7 @@ class LocalStack:
         """What every Airflow process and task sees: the same names docker-compose.yaml sets."""
         celery = {
             "AIRFLOW__CELERY__BROKER_URL": f"redis://127.0.0.1:{self.ports.get('redis', 0)}/0",
-            "AIRFLOW__CELERY__RESULT_BACKEND": f"db+{self.pg_url.replace('+psycopg2', '')}/airflow",
+            "AIRFLOW__CELERY__RESULT_BACKEND": f"db+{self.pg_url}/airflow",
         } if self.executor == CELERY else {}
         return {**celery,
             **{k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW__", "HORUS_", "MLFLOW_TRACKING"))},
@@ -286,6 +286,12 @@ class LocalStack:
             self._spawn(f"worker-{index}", [airflow, "celery", "worker", "--celery-hostname", f"worker{index}@%h",
                                             "--queues", f"default,worker-{index}", "--concurrency", "4"], env=worker_env)
         wait_for(lambda: self.is_up("airflow"), 240, lambda: self.log_tail("airflow-api-server"))
+        for index in range(self.workers):  # a worker that cannot start says so now, not as tasks queued forever
+            name = f"worker-{index}"
+            wait_for(lambda: " ready." in self.log_tail(name, 20_000) or self._processes[name].poll() is not None, 120,
+                     lambda: self.log_tail(name))
+            if self._processes[name].poll() is not None:
+                raise RuntimeError(f"{name} exited at start:\n{self.log_tail(name)}")
 
     # --- Airflow REST API ------------------------------------------------------------------------
     def token(self) -> str:

@@ -109,8 +109,12 @@ def test_compose_matches_the_local_stack() -> None:
     suite = LocalStack(Path("/nonexistent"))
     suite.ports = {"postgres": 1, "mlflow": 2, "airflow": 3, "scheduler-health": 4}
     env = suite.env()
-    for name in common:  # every setting compose gives Airflow, the suite gives too (Celery's: the suite runs LocalExecutor)
+    for name in common:  # every setting compose gives Airflow, the suite gives too (Celery's: in its Celery stack)
         assert name in env or name.startswith("AIRFLOW__CELERY__"), name
+    celery = LocalStack(Path("/nonexistent"), executor="CeleryExecutor")
+    celery.ports = {**suite.ports, "redis": 5}
+    for name in ("AIRFLOW__CELERY__BROKER_URL", "AIRFLOW__CELERY__RESULT_BACKEND"):  # the same drivers as compose's
+        assert celery.env()[name].split("://")[0] == common[name].split("://")[0], name
     mlflow_command = " ".join(services["mlflow"]["command"].split())
     assert "--backend-store-uri postgresql+psycopg2://" in mlflow_command and "/mlflow" in mlflow_command
     assert "--artifacts-destination" in mlflow_command
