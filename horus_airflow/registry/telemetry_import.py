@@ -18,7 +18,7 @@ from horus_airflow.jobs import JobSpec
 from horus_airflow.placement import GpuState
 from horus_airflow.registry.profiling import ProfilingRecord, log_profiling_run
 from horus_airflow.registry.schema import Experiment, Metric, Tag, tag_equals
-from horus_airflow.registry.store import client, experiment_id
+from horus_airflow.registry.store import client, search
 from horus_airflow.settings import Settings
 from horus_airflow.telemetry import RunSummary, samples_frame
 from horus_airflow.telemetry.dcgm import ImportedJob
@@ -46,19 +46,18 @@ def import_jobs(
     placement). Otherwise a new run: a job named in ``specs`` gets its graph features; one that is not is
     still logged (the retraining DAG sets it aside as 'run without features'). Importing the same export
     again logs nothing twice: each run carries ``horus.source_id``."""
-    mlflow = client(settings)
-    experiment = experiment_id(mlflow, settings, Experiment.PROFILING)
     logged, already = {}, {}
     for job in jobs:
         source_id = hashlib.sha256(f"{source_digest}/{job.key}".encode()).hexdigest()[:24]
-        found = mlflow.search_runs([experiment], filter_string=tag_equals(Tag.SOURCE_ID, source_id), max_results=1)
+        found = search(settings, Experiment.PROFILING, tag_equals(Tag.SOURCE_ID, source_id), max_results=1)
         if found:
             already[job.key] = found[0].info.run_id
             continue
         run_dir = work_dir / source_id
         run_dir.mkdir(parents=True, exist_ok=True)
         summary = _write_imported(job, run_dir)
-        pod_run = mlflow.search_runs([experiment], filter_string=f"tags.`{Tag.POD}` LIKE '%/{job.key}'", max_results=1)
+        # a pod's name never holds a quote (DNS-1123), and a filter could not express one
+        pod_run = [] if "'" in job.key else search(settings, Experiment.PROFILING, f"tags.`{Tag.POD}` LIKE '%/{job.key}'", max_results=1)
         if pod_run and pod_run[0].data.tags.get(Tag.GPU_MEASURED) != "true":
             logged[job.key] = _attach(settings, pod_run[0].info.run_id, summary, run_dir, source_id)
             continue
