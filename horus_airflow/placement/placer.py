@@ -265,9 +265,8 @@ def _why(demand: Demand, chosen: list[int], cost: float | None, passing: int, tr
     residents = len(first.residents)
     sharing = f"shares with {residents} job(s), summed util {first.summed_util + need.util:.0f}%" if residents else "empty GPU"
     row = trace.shortlist_rows.get(chosen[0])
-    slowdown = trace.shortlist_parts.get("interference.newcomer_slowdown")
-    if row is not None and slowdown is not None:
-        sharing += f", predicted speed {1.0 - slowdown[row]:.2f}"
+    if row is not None:  # what the shortlist plugins (the interference score) said of this GPU
+        sharing += f", {trace.shortlist_verdicts[row][1].reason}"
     nodes = {trace.state.gpus[i].node for i in chosen}
     span = f" on {len(nodes)} nodes" if len(nodes) > 1 else ""
     gpus = ",".join(trace.state.gpus[i].gpu_id for i in chosen)

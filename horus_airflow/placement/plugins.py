@@ -320,8 +320,9 @@ class InterferenceScore:
                 resident_cost[row] = sum(b - a for b, a in zip(was.speeds, now.speeds[:-1]))
                 worst[row] = min(now.speeds)
                 passed[row] = now.fits and worst[row] >= self.min_speed
-        verdicts = tuple(f"slowest co-runner at speed {speed:.2f}" if ok else f"does not fit or a co-runner would fall to speed {speed:.2f}"
-                         for ok, speed in zip(passed, worst))
+        verdicts = tuple(f"predicted speed {1.0 - mine:.2f}, slowest co-runner {speed:.2f}" if ok
+                         else f"does not fit or a co-runner would fall to speed {speed:.2f}"
+                         for ok, mine, speed in zip(passed, newcomer_cost, worst))
         return Shortlisted(passed, newcomer_cost + resident_cost,
                            {"newcomer_slowdown": newcomer_cost, "resident_slowdown": resident_cost, "min_speed": worst}, verdicts)
 
