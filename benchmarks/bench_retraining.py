@@ -42,7 +42,7 @@ def main() -> None:
     from horus_airflow.features.graph import GraphFeatures
     from horus_airflow.predictor.dataset import ValidatedData, read_training_data
     from horus_airflow.registry import retraining as R
-    from horus_airflow.registry.schema import Experiment
+    from horus_airflow.run_schema import Experiment
     from horus_airflow.registry.store import client, experiment_id
     from horus_airflow.settings import Settings
 

@@ -51,7 +51,7 @@ def main() -> int:
     from horus_airflow.jobs import JobSpec
     from horus_airflow.pipeline import profile_pair, run_job
     from horus_airflow.registry.retraining import all_profiling_runs, extract
-    from horus_airflow.registry.schema import Tag
+    from horus_airflow.run_schema import Tag
     from horus_airflow.settings import Settings
     from horus_airflow.telemetry import nvml
 

@@ -20,7 +20,7 @@ from typing import Any
 from airflow.sdk import DAG, Param, get_current_context, task
 
 from horus_airflow.operators.owner import task_owner
-from horus_airflow.registry.schema import Tag
+from horus_airflow.run_schema import Tag
 
 WORKLOADS = ["resnet18:32@cifar10", "mobilenet_v3_small:64@cifar10", "lstm_lm:16@wikitext2", "mlp:64@mnist"]
 PAIRS = ["resnet18:32@cifar10+lstm_lm:16@wikitext2", "mobilenet_v3_small:64@cifar10+mlp:64@mnist"]

@@ -13,7 +13,7 @@ from pathlib import Path
 from horus_airflow.registry import profiling_runs
 from horus_airflow.registry.bootstrap import bootstrap
 from horus_airflow.settings import Settings
-from horus_airflow.registry.schema import Metric, Param, Tag
+from horus_airflow.run_schema import Metric, Param, Tag
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from horus_airflow.predictor import Demand, GpuDemand
 from horus_airflow.registry import ProfilingRecord, log_profiling_run
 from horus_airflow.service import Planned, PlacementService
 from horus_airflow.settings import Settings
-from horus_airflow.registry.schema import Tag
+from horus_airflow.run_schema import Tag
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from horus_airflow.registry import (
     experiment_id,
     train_predictor,
 )
-from horus_airflow.registry.schema import Experiment, Metric, Param, Tag
+from horus_airflow.run_schema import Experiment, Metric, Param, Tag
 from horus_airflow.settings import Settings
 
 

@@ -17,7 +17,7 @@ from horus_airflow.features.graph import GraphFeatures
 from horus_airflow.placement import GpuState
 from horus_airflow.predictor.dataset import ValidatedData, read_training_data
 from horus_airflow.registry import retraining as R
-from horus_airflow.registry.schema import Experiment, Tag, tag_equals
+from horus_airflow.run_schema import Experiment, Tag, tag_equals
 from horus_airflow.registry.store import search
 from horus_airflow.registry.predictor import champion_version, train_predictor
 from horus_airflow.registry.profiling import ProfilingRecord, log_profiling_run

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from mlflow.environment_variables import MLFLOW_HTTP_REQUEST_MAX_RETRIES, MLFLOW_HTTP_REQUEST_TIMEOUT
 
-from horus_airflow.registry import schema
+from horus_airflow import run_schema as schema
 from horus_airflow.registry.store import QUICK, client, experiment_id, http_policy, search
 from horus_airflow.settings import Settings
 

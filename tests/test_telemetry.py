@@ -285,7 +285,7 @@ def test_a_profiling_run_whose_artifacts_are_refused_is_failed_with_its_reason(
     from horus_airflow.errors import ProfilingLogError
     from horus_airflow.features.gpus import gpu_spec
     from horus_airflow.placement import GpuState
-    from horus_airflow.registry.schema import Tag
+    from horus_airflow.run_schema import Tag
     from horus_airflow.registry.profiling import ProfilingRecord, log_profiling_run
     from horus_airflow.registry.retraining import all_profiling_runs
     from horus_airflow.settings import Settings
@@ -319,7 +319,7 @@ def test_a_retry_closes_its_killed_trys_run_before_logging_its_own(
     from horus_airflow.features.gpus import gpu_spec
     from horus_airflow.placement import GpuState
     from horus_airflow.registry.profiling import ProfilingRecord, log_profiling_run
-    from horus_airflow.registry.schema import Experiment, Tag
+    from horus_airflow.run_schema import Experiment, Tag
     from horus_airflow.registry.retraining import all_profiling_runs
     from horus_airflow.registry.store import client, experiment_id
     from horus_airflow.settings import Settings

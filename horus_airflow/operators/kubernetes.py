@@ -28,7 +28,7 @@ from horus_airflow.jobs import JobSpec
 from horus_airflow.operators.checks import check_job, check_placement_timeout, check_profile
 from horus_airflow.operators.owner import task_owner
 from horus_airflow.settings import Settings
-from horus_airflow.registry.schema import Tag
+from horus_airflow.run_schema import Tag
 
 if TYPE_CHECKING:  # the placer, predictor and registry are imported when a task runs, not when its DAG parses
     from horus_airflow.backends import Acquired

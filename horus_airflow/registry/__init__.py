@@ -19,7 +19,7 @@ from horus_airflow.registry.profiling import (
     log_profiling_run,
     profiling_runs,
 )
-from horus_airflow.registry.schema import Experiment, Metric, Param, Tag
+from horus_airflow.run_schema import Experiment, Metric, Param, Tag
 from horus_airflow.registry.store import (  # first: sets MLflow's defaults
     client,
     experiment_id,

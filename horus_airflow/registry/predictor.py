@@ -35,7 +35,7 @@ from horus_airflow.registry import versions
 from horus_airflow.registry.store import logged_run
 from horus_airflow.registry.versions import CHAMPION
 from horus_airflow.settings import Settings
-from horus_airflow.registry.schema import Experiment, Tag
+from horus_airflow.run_schema import Experiment, Tag
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from horus_airflow.features.graph import GraphFeatures
 from horus_airflow.jobs import JobSpec
 from horus_airflow.placement import Decision, GpuState
 from horus_airflow.predictor.demand import GpuDemand
-from horus_airflow.registry.schema import Experiment, Param, Tag, tag_equals
+from horus_airflow.run_schema import Experiment, Param, Tag, tag_equals
 from horus_airflow.registry.store import client, experiment_id, search
 from horus_airflow.settings import Settings
 from horus_airflow.telemetry import RunSummary, nvml

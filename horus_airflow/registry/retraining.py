@@ -50,7 +50,7 @@ from horus_airflow.registry.predictor import (
 )
 from horus_airflow.registry.store import client, experiment_id, logged_run, search
 from horus_airflow.settings import Settings
-from horus_airflow.registry.schema import Experiment, Metric, Param, Tag
+from horus_airflow.run_schema import Experiment, Metric, Param, Tag
 
 log = logging.getLogger(__name__)
 

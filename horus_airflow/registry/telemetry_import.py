@@ -17,7 +17,7 @@ from horus_airflow.features.gpus import gpu_spec, gpu_type_from_nvml
 from horus_airflow.jobs import JobSpec
 from horus_airflow.placement import GpuState
 from horus_airflow.registry.profiling import ProfilingRecord, log_profiling_run
-from horus_airflow.registry.schema import Experiment, Metric, Tag, tag_equals
+from horus_airflow.run_schema import Experiment, Metric, Tag, tag_equals
 from horus_airflow.registry.store import client, search
 from horus_airflow.settings import Settings
 from horus_airflow.telemetry import RunSummary, samples_frame

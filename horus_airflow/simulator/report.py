@@ -19,7 +19,7 @@ from horus_airflow.registry.store import logged_run  # noqa: E402
 from horus_airflow.settings import Settings  # noqa: E402
 from horus_airflow.simulator.engine import SimulationRun  # noqa: E402
 from horus_airflow.simulator.metrics import ProfileMetrics, comparison_table  # noqa: E402
-from horus_airflow.registry.schema import Experiment, Tag
+from horus_airflow.run_schema import Experiment, Tag
 
 
 

@@ -22,7 +22,7 @@ from horus_airflow.backends.ledger import JournalEntry, LedgerReader
 from horus_airflow.backends.local import discover_inventory
 from horus_airflow.errors import HorusError
 from horus_airflow.placement import ClusterState
-from horus_airflow.registry.schema import Experiment, Metric, Param, Tag, tag_equals
+from horus_airflow.run_schema import Experiment, Metric, Param, Tag, tag_equals
 from horus_airflow.registry.store import QUICK, client, http_policy, search
 from horus_airflow.settings import Settings
 from horus_airflow.telemetry.samples import Sample

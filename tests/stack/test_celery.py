@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from horus_airflow.registry.retraining import staged_table
-from horus_airflow.registry.schema import Experiment, Tag, tag_equals
+from horus_airflow.run_schema import Experiment, Tag, tag_equals
 from horus_airflow.registry.store import search
 from horus_airflow.settings import Settings
 from tests.stack.local_stack import CELERY, REPO, LocalStack, alive_in_group

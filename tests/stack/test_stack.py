@@ -26,7 +26,7 @@ from mlflow.entities import Run
 from horus_airflow.backends.ledger import LedgerReader
 from horus_airflow.placement import load_profile
 from horus_airflow.registry import load_predictor
-from horus_airflow.registry.schema import Tag
+from horus_airflow.run_schema import Tag
 from horus_airflow.registry.profiling import profiling_runs
 from horus_airflow.settings import Settings
 from horus_airflow.telemetry import RunSummary
