@@ -113,12 +113,14 @@ def scaled(raw: np.ndarray, among: np.ndarray) -> np.ndarray:
     """``raw`` mapped onto 0..SCALE by the lowest and highest value ``among`` the candidates (a boolean
     mask): 0 is the best candidate, SCALE the worst; all equal, all 0."""
     raw = np.asarray(raw, dtype=float)
-    if not among.any():
+    candidates = raw[among]
+    if not candidates.size:
         return np.zeros_like(raw)
-    low, high = float(raw[among].min()), float(raw[among].max())
-    if high - low <= 1e-12 * max(1.0, abs(high)):
+    low, high = float(candidates.min()), float(candidates.max())
+    if high - low <= 1e-12 * max(1.0, abs(high)):  # all equal
         return np.zeros_like(raw)
-    return np.clip((raw - low) / (high - low), 0.0, 1.0) * SCALE
+    scaled_raw = (raw - low) * (SCALE / (high - low))
+    return np.clip(scaled_raw, 0.0, SCALE, out=scaled_raw)
 
 
 @dataclass(frozen=True)
