@@ -18,13 +18,13 @@ from horus_airflow.predictor.dataset import TrainingDataError, read_training_dat
 from horus_airflow.predictor.model import TrainedPredictor
 from horus_airflow.registry import (
     CHAMPION,
-    Experiment,
     PREDICTOR_MODEL,
     client,
     load_predictor,
     promote,
     train_predictor,
 )
+from horus_airflow.run_schema import Experiment
 from horus_airflow.settings import Settings
 
 SEED = Path(__file__).resolve().parent.parent / "data" / "predictor_seed" / "predictor_seed.csv"

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import ClassVar, Literal, Mapping, Protocol, Sequence
+from typing import Any, ClassVar, Literal, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -337,11 +337,12 @@ BUILTIN: dict[str, type] = {
 _REQUIRED = {"filter": ("evaluate", "describe"), "score": ("costs",), "shortlist": ("shortlist",), "gang": ("set_cost",)}
 
 
-def installed_plugins() -> dict[str, type]:
+def installed_plugins() -> dict[str, Any]:
     """Every plugin by name: the built-in ones, then those other packages register under the
     entry-point group ``horus_airflow.placement_plugins`` (entry-point name = plugin name). Read each
-    time, so a package installed while a process runs is seen by the next profile it reads."""
-    found = dict(BUILTIN)
+    time it is called (once per profile read), so a package installed while a process runs is seen by
+    the next profile."""
+    found: dict[str, Any] = dict(BUILTIN)
     for entry in entry_points(group=ENTRY_POINT_GROUP):
         if entry.name in BUILTIN:
             raise ValueError(f"placement plugin {entry.name!r} from {entry.value} would replace the built-in one; rename it")
@@ -349,9 +350,10 @@ def installed_plugins() -> dict[str, type]:
     return found
 
 
-def plugin_class(name: str, kinds: Sequence[Kind] = KINDS) -> type:
-    """The class of plugin ``name``, checked to declare one of ``kinds`` and to have its methods."""
-    found = installed_plugins()
+def plugin_class(name: str, kinds: Sequence[Kind] = KINDS, installed: Mapping[str, Any] | None = None) -> type:
+    """The class of plugin ``name``, checked to declare one of ``kinds`` and to have its methods;
+    ``installed`` is :func:`installed_plugins` when the caller already read it."""
+    found = installed_plugins() if installed is None else installed
     if name not in found:
         raise ValueError(f"unknown plugin {name!r}; accepted: {', '.join(sorted(found))}")
     plugin = found[name]

@@ -7,7 +7,7 @@ import typing
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import yaml
 
@@ -19,27 +19,21 @@ from horus_airflow.placement.plugins import (
     NodeHealthy,
     ScorePlugin,
     ShortlistPlugin,
+    installed_plugins,
     plugin_class,
 )
 from horus_airflow.placement.queue import POLICIES, Fifo, QueuePolicy
 from horus_airflow.validation import in_range, whole
 
 
-@dataclass(frozen=True)
-class WeightedScore:
-    plugin: ScorePlugin
-    weight: float
+Plugin = TypeVar("Plugin")
 
 
 @dataclass(frozen=True)
-class WeightedShortlist:
-    plugin: ShortlistPlugin
-    weight: float
+class Weighted(Generic[Plugin]):
+    """A score, shortlist or gang plugin with its weight in the profile."""
 
-
-@dataclass(frozen=True)
-class WeightedGang:
-    plugin: GangPlugin
+    plugin: Plugin
     weight: float
 
 
@@ -52,9 +46,9 @@ class Profile:
     name: str
     description: str
     filters: tuple[FilterPlugin, ...]
-    scores: tuple[WeightedScore, ...]
-    shortlist: tuple[WeightedShortlist, ...] = ()
-    gang: WeightedGang | None = None
+    scores: tuple[Weighted[ScorePlugin], ...]
+    shortlist: tuple[Weighted[ShortlistPlugin], ...] = ()
+    gang: Weighted[GangPlugin] | None = None
     queue: QueuePolicy = field(default_factory=Fifo)
     score_top: int = 64
 
@@ -92,21 +86,22 @@ def parse_profile(raw: Any) -> Profile:
     if unknown:
         raise ProfileError(f"malformed profile: unknown key(s) {', '.join(unknown)}; accepted: {', '.join(_PROFILE_KEYS)}")
     try:
-        filters = [_plugin(item, ("filter",)) for item in _items(raw, "filters")]
+        installed = installed_plugins()  # entry points are read once per profile, not once per plugin
+        filters = [_plugin(installed, item, ("filter",)) for item in _items(raw, "filters")]
         if not any(isinstance(f, NodeHealthy) for f in filters):
             filters.insert(0, NodeHealthy())
         scores, shortlist, gang = [], [], None
         for item in _items(raw, "scores"):
-            plugin = _plugin(item, ("score", "shortlist", "gang"))
+            plugin = _plugin(installed, item, ("score", "shortlist", "gang"))
             weight = in_range(item.get("weight", 1.0), f"score {item['name']!r}: weight", 0.0)
             if plugin.kind == "shortlist":
-                shortlist.append(WeightedShortlist(plugin, weight))
+                shortlist.append(Weighted(plugin, weight))
             elif plugin.kind == "gang":
                 if gang is not None:
                     raise ValueError(f"one gang plugin per profile: {gang.plugin.name!r} and {plugin.name!r} both price gangs")
-                gang = WeightedGang(plugin, weight)
+                gang = Weighted(plugin, weight)
             else:
-                scores.append(WeightedScore(plugin, weight))
+                scores.append(Weighted(plugin, weight))
         queue_raw = raw.get("queue") or {"policy": "fifo"}
         if not isinstance(queue_raw, dict) or "policy" not in queue_raw:
             raise ValueError(f"queue must be a mapping with a policy ({', '.join(POLICIES)}), got {queue_raw!r}")
@@ -139,9 +134,9 @@ def _items(raw: dict[str, Any], key: str) -> list[dict[str, Any]]:
     return items
 
 
-def _plugin(item: dict[str, Any], kinds: tuple[str, ...]) -> Any:
+def _plugin(installed: dict[str, Any], item: dict[str, Any], kinds: tuple[str, ...]) -> Any:
     try:
-        cls = plugin_class(str(item["name"]), kinds)  # type: ignore[arg-type]
+        cls = plugin_class(str(item["name"]), kinds, installed)  # type: ignore[arg-type]
     except ValueError as exc:
         raise ProfileError(str(exc)) from None
     return _construct(cls, f"{cls.kind} {item['name']!r}", item.get("args") or {})

@@ -19,7 +19,6 @@ from horus_airflow.registry.profiling import (
     log_profiling_run,
     profiling_runs,
 )
-from horus_airflow.run_schema import Experiment, Metric, Param, Tag
 from horus_airflow.registry.store import (  # first: sets MLflow's defaults
     client,
     experiment_id,
@@ -29,13 +28,9 @@ from horus_airflow.registry.versions import CHALLENGER, CHAMPION  # noqa: I001
 __all__ = [
     "CHALLENGER",
     "CHAMPION",
-    "Experiment",
     "INTERFERENCE_MODEL",
-    "Metric",
-    "Param",
     "PREDICTOR_MODEL",
     "ProfilingRecord",
-    "Tag",
     "TrainingOutcome",
     "champion_version",
     "client",
