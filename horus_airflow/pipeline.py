@@ -14,10 +14,12 @@ from horus_airflow.backends import Acquired, LocalBackend
 from horus_airflow.backends.local import LaunchedJob
 from horus_airflow.errors import InvalidJobError
 from horus_airflow.jobs import JobSpec, require_trainer
+from horus_airflow.placement import GpuState
 from horus_airflow.predictor import Demand, GpuDemand
 from horus_airflow.registry import ProfilingRecord, log_profiling_run
 from horus_airflow.service import Planned, PlacementService
 from horus_airflow.settings import Settings
+from horus_airflow.telemetry import RunSummary
 from horus_airflow.run_schema import Tag
 
 log = logging.getLogger(__name__)
@@ -113,6 +115,19 @@ def profile_pair(
     return first_outcome, second_outcome
 
 
+def _remember_crashes(jobs: list[tuple[Planned, list[str]]], launched: list[LaunchedJob], summaries: list[RunSummary],
+                      placed_on: tuple[GpuState, ...], backend: LocalBackend) -> None:
+    """A job that ran out of GPU memory next to other jobs is kept apart from them from now on
+    (``oom-anti-affinity``); recorded before the GPUs are released, so no placer sees them free without it."""
+    for (job, _command), handle, summary in zip(jobs, launched, summaries):
+        if summary.exit_code == 0 or not backend.ran_out_of_gpu_memory(handle):
+            continue
+        partners = [r.signature for gpu in placed_on for r in gpu.residents]
+        partners += [other.demand.signature for other, _ in jobs if other is not job]
+        if partners:
+            backend.record_crash(job.demand.signature, partners)
+
+
 def _run_together(
     jobs: list[tuple[Planned, list[str]]],
     backend: LocalBackend,
@@ -131,6 +146,7 @@ def _run_together(
             if on_launch:
                 on_launch(launched[-1])
         summaries = [backend.wait(handle, reservation) for handle in launched]
+        _remember_crashes(jobs, launched, summaries, placed_on, backend)
     except BaseException:
         for handle in launched:  # no job keeps running on a GPU that is about to be released
             if handle.process.poll() is None:

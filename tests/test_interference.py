@@ -16,7 +16,7 @@ import pytest
 from horus_airflow.errors import HorusError
 from horus_airflow.features import extract_features
 from horus_airflow.features.gpus import GPU_SPECS
-from horus_airflow.interference import CoRunner, LearnedInterference, SummedUtilization, signature
+from horus_airflow.interference import CoRunner, LearnedInterference, Memoized, SummedUtilization, signature
 from horus_airflow.interference.evaluation import evaluate_interference
 from horus_airflow.interference.pairs import PAIR_COLUMNS, read_pairs
 from horus_airflow.registry import INTERFERENCE_MODEL, load_interference, train_interference
@@ -145,3 +145,22 @@ def test_cli_contracts_for_interference_and_place(tmp_path: Path) -> None:
     unknown = subprocess.run([HORUS, "place", "--state", str(path), "--job", "resnet18:32", "--profile", "nope"],
                              capture_output=True, text=True, timeout=120, env=env)
     assert unknown.returncode == 2 and "Accepted: binpack, exclusive, gandiva-pack, horus-ml" in unknown.stderr
+
+
+def test_a_memoized_model_answers_as_the_model_and_asks_it_once_per_mix() -> None:
+    calls: list[int] = []
+
+    class Counting(SummedUtilization):
+        def predict_many(self, groups, gpu):  # type: ignore[no-untyped-def]
+            calls.append(len(groups))
+            return super().predict_many(groups, gpu)
+
+    model, gpu = Counting((100.0, 200.0), (1.0, 0.5)), GPU_SPECS["v100"]
+    memo = Memoized(model, limit=3)
+    a, b, c = CoRunner(60, 66, 1000, (1.0,)), CoRunner(70, 77, 2000, (2.0,)), CoRunner(10, 11, 100, (3.0,))
+    groups = [[a, b], [b, a], [a, b], [a]]
+    assert memo.predict_many(groups, gpu) == model.predict_many(groups, gpu)
+    assert calls == [3, 4]  # the memo asked for the three distinct mixes once
+    assert memo.predict([a, b], gpu) == model.predict([a, b], gpu) and calls == [3, 4]
+    memo.predict_many([[c], [a, c]], gpu)  # over the limit: the memo starts afresh instead of growing
+    assert len(memo.memo) == 2 and memo.name == model.name

@@ -12,6 +12,7 @@ from horus_airflow.backends import LocalBackend, acquire
 from horus_airflow.backends.ledger import Booking, SqliteLedger
 from horus_airflow.errors import LedgerConflictError, NoPlacementError
 from horus_airflow.placement import load_profile
+from horus_airflow.placement.state import crashed_pair
 from horus_airflow.predictor import Demand, GpuDemand
 from horus_airflow.settings import Settings
 
@@ -85,3 +86,17 @@ def test_a_retry_releases_what_the_dead_try_of_its_task_instance_still_holds(tmp
     _version, residents = backend.ledger.active(now=0)
     assert [r.job_id for r in residents["local/0"]] == ["k"]  # another task instance keeps its booking
     assert not backend.release(dead_try.reservation) and backend.release(other.reservation)
+
+
+def test_crashed_pairs_are_kept_once_bump_the_version_and_reach_the_snapshot(tmp_path: Path) -> None:
+    settings = Settings.from_env({"HORUS_HOME": str(tmp_path), "HORUS_LOCAL_GPUS": "1xa100-80gb"})
+    backend = LocalBackend(settings)
+    image, text = (12.0, 7.4, 0.1 + 0.2), (11.0, 7.0, 1e-17)  # reprs that must read back exactly
+    before = backend.snapshot().version
+    assert backend.record_crash(image, [text, ()]) == 1  # a partner without a signature cannot be told apart: ignored
+    assert backend.record_crash(text, [image]) == 0  # the same unordered pair
+    assert backend.record_crash((), [image]) == 0
+    state = backend.snapshot()
+    assert state.version == before + 1
+    assert state.crashed_pairs == frozenset({crashed_pair(image, text)})
+    assert state.arrays.crash_partners[image] == frozenset({text})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -126,3 +127,20 @@ def test_a_job_is_predicted_by_the_registered_champion(horus_home: Path) -> None
     assert run.data.tags["horus.predictor"] == "horus-gpu-utilization/1"
     assert "predicted by horus-gpu-utilization/1" in run.data.tags["horus.placement.reason"]
     assert run.data.params["feature.input_kind"] == "state"
+
+
+@pytest.mark.integration
+def test_a_job_that_runs_out_of_gpu_memory_next_to_another_is_kept_apart_from_it(horus_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HORUS_LOCAL_GPUS", "1xa100-80gb")
+    settings = Settings.from_env()
+    ledger = SqliteLedger(settings.ledger_path)
+    neighbour = (11.0, 7.0, 9.0, 1.5, 0.0, 0.9, 0.1, 0.0, 2.5, 1.0)
+    ledger.reserve(0, "neighbour", "other-worker", [Booking("local/0", 40, 44, 2000, neighbour)], now=time.time(), lease_s=600)
+    crash = (sys.executable, "-c", "import sys; print('torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB'); sys.exit(1)")
+    outcome = run_job(JobSpec(model="mlp", batch_size=8, command=crash), settings, owner="t")
+    assert outcome.exit_code == 1
+    [(a, b)] = ledger.crashed_pairs()
+    assert neighbour in (a, b) and len({a, b}) == 2
+    failing = (sys.executable, "-c", "import sys; print('ValueError: bad shape'); sys.exit(1)")
+    assert run_job(JobSpec(model="resnet18", batch_size=8, command=failing), settings, owner="u").exit_code == 1
+    assert len(ledger.crashed_pairs()) == 1  # only an out-of-memory crash is remembered

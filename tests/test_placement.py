@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from horus_airflow.placement import (
     schedule,
 )
 from horus_airflow.placement.profiles import parse_profile
+from horus_airflow.placement.state import crashed_pair
 from horus_airflow.predictor import Demand, GpuDemand
 
 A100 = "a100-80gb"
@@ -305,3 +307,71 @@ def test_the_kept_explanation_counts_rejected_gpus_by_their_first_failing_filter
     kept = json.loads(place(demand, ClusterState(gpus), load_profile("horus-paper")).explanation())
     assert kept["rejected"] == {"memory-fit": 2}
     assert {c["gpu_id"] for c in kept["candidates"]} == {"n/0", "n/3"}
+
+
+_IMAGE = (12.0, 7.4, 10.0, 1.8, 0.99, 0.01, 0.0, 0.0, 2.9, 0.0)
+_TEXT = (11.0, 7.0, 9.0, 1.5, 0.0, 0.9, 0.1, 0.0, 2.5, 1.0)
+
+
+def test_throughput_gain_prefers_an_empty_gpu_then_the_mix_that_does_most_work() -> None:
+    newcomer = Demand("new", 1, {A100: GpuDemand(50, 55, 10_000)}, signature=_IMAGE)
+    light, heavy = Resident("light", 10, 11, 2000, _TEXT), Resident("heavy", 95, 99, 20_000, _TEXT)
+    profile = load_profile("horus-throughput")
+    assert place(newcomer, ClusterState((gpu(0, heavy), gpu(1))), profile).gpu_ids == ("n1/1",)
+    decision = place(newcomer, ClusterState((gpu(0, heavy), gpu(1, light))), profile)
+    gains = {c.gpu_id: c.cost_parts.get("throughput-gain.gain") for c in decision.candidates if c.passed}
+    assert decision.gpu_ids == ("n1/1",) and gains["n1/1"] > gains.get("n1/0", -1.0)
+    assert "predicted gain" in decision.reason
+
+
+def test_throughput_gain_refuses_where_the_model_says_the_jobs_do_not_fit_or_gain_too_little() -> None:
+    newcomer = Demand("new", 1, {A100: GpuDemand(80, 85, 10_000)}, signature=_IMAGE)
+    state = ClusterState((gpu(0, Resident("r", 90, 95, 5000, _TEXT)),))
+    harsh = SummedUtilization((100.0, 170.0), (1.0, 0.45))  # the pair does 0.9 jobs' work: less than one alone
+    refused = place(newcomer, state, load_profile("horus-throughput"), harsh)
+    assert not refused.placed and "predicted gain" in refused.reason
+    full = ClusterState((gpu(0, Resident("r", 10, 11, 75_000, _TEXT), memory=86_000),))
+    assert "predicted not to fit in memory together" in str(place(newcomer, full, parse_profile({
+        "name": "no-memory-filter", "scores": [{"name": "throughput-gain"}]}), SummedUtilization()).reason)
+
+
+def test_oom_anti_affinity_keeps_a_crashed_pair_apart_and_says_why() -> None:
+    newcomer = Demand("new", 1, {A100: GpuDemand(20, 22, 1000)}, signature=_IMAGE)
+    state = ClusterState((gpu(0, Resident("r", 10, 11, 1000, _TEXT)), gpu(1, Resident("s", 90, 95, 1000, _IMAGE))),
+                         crashed_pairs=frozenset({crashed_pair(_IMAGE, _TEXT)}))
+    decision = place(newcomer, state, load_profile("horus-throughput"))
+    assert decision.gpu_ids == ("n1/1",)
+    rejected = next(c for c in decision.candidates if c.gpu_id == "n1/0")
+    assert "1 resident(s) it crashed out of memory with" in rejected.rejection
+    assert place(newcomer, ClusterState(state.gpus), load_profile("horus-throughput")).gpu_ids == ("n1/0",)
+    moved = state.with_changes({1: gpu(1)}, crashed_pairs=frozenset())
+    assert place(newcomer, moved, load_profile("horus-throughput")).gpu_ids == ("n1/1",)
+    assert moved.arrays.crash_partners == {}
+
+
+def test_crashed_pairs_round_trip_through_the_state_json_and_bad_ones_are_named() -> None:
+    state = ClusterState((gpu(0),), crashed_pairs=frozenset({crashed_pair(_TEXT, _IMAGE)}))
+    assert ClusterState.from_dict(json.loads(json.dumps(state.to_dict()))) == state
+    for bad, problem in (("x", "crashed_pairs is str"), ([[[1.0]]], r"crashed_pairs\[0\]"),
+                         ([[[1.0], ["a"]]], "signature must be a finite number")):
+        with pytest.raises(InventoryError, match=problem):
+            ClusterState.from_dict({"gpus": [_GOOD_GPU], "crashed_pairs": bad})
+
+
+def test_remaining_time_runs_short_jobs_first_and_ages_long_ones() -> None:
+    policy = load_profile("horus-throughput").queue
+    jobs = [waiting("long", 10, 0, expected_runtime_s=10_000.0), waiting("short", 10, 5, expected_runtime_s=100.0),
+            waiting("unknown", 10, 6)]
+    assert [w.demand.job_id for w in policy.order(jobs)] == ["short", "unknown", "long"]
+    aged = [replace(jobs[0], waited_s=99_500.0), *jobs[1:]]  # 10,000 s less 0.1 x 99,500 s waited: ahead of 100 s
+    assert [w.demand.job_id for w in policy.order(aged)][0] == "long"
+    many_skips = [replace(jobs[0], skips=500), jobs[1]]  # skipping is what short-first does: no FIFO fallback
+    assert policy.order(many_skips)[0].demand.job_id == "short"
+
+
+def test_schedule_does_not_retry_a_demand_equal_to_one_that_did_not_fit() -> None:
+    state = ClusterState((gpu(0, Resident("r", 60, 66, 70_000)),))
+    jobs = [Waiting(demand(10, 40_000, job=f"big-{i}"), i) for i in range(5)] + [waiting("small", 30, 9)]
+    done = schedule(jobs, state, load_profile_with_queue("shortest-first"))
+    assert done.job is not None and done.job.demand.job_id == "small"
+    assert [d.job_id for d in done.tried] == ["big-0", "small"]

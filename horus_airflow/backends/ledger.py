@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from horus_airflow.errors import LedgerConflictError
-from horus_airflow.placement.state import Resident
+from horus_airflow.placement.state import Resident, Signature, crashed_pair
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS ledger_version (id INTEGER PRIMARY KEY CHECK (id = 0), version INTEGER NOT NULL);
@@ -38,6 +38,12 @@ CREATE TABLE IF NOT EXISTS reservations (
     PRIMARY KEY (reservation_id, gpu_id)
 );
 CREATE INDEX IF NOT EXISTS reservations_active ON reservations (released_at, lease_expires_at);
+CREATE TABLE IF NOT EXISTS crashed_pairs (
+    signature_a TEXT NOT NULL,
+    signature_b TEXT NOT NULL,
+    recorded_at REAL NOT NULL,
+    PRIMARY KEY (signature_a, signature_b)
+);
 CREATE TABLE IF NOT EXISTS decisions (
     reservation_id TEXT PRIMARY KEY,
     profile TEXT NOT NULL,
@@ -131,8 +137,7 @@ class SqliteLedger:
                 "INSERT INTO reservations (reservation_id, gpu_id, job_id, owner, util, util_p90, mem_mib, created_at, "
                 "lease_expires_at, signature) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
-                    (reservation_id, b.gpu_id, job_id, owner, b.util, b.util_p90, b.mem_mib, now, expires,
-                     ",".join(repr(x) for x in b.signature))
+                    (reservation_id, b.gpu_id, job_id, owner, b.util, b.util_p90, b.mem_mib, now, expires, _text(b.signature))
                     for b in bookings
                 ],
             )
@@ -172,6 +177,26 @@ class SqliteLedger:
                 conn.execute("UPDATE reservations SET released_at = ? WHERE owner = ? AND released_at IS NULL", (now, owner))
                 conn.execute("UPDATE ledger_version SET version = version + 1")
             return held
+
+    def record_crashed_pairs(self, pairs: set[tuple[Signature, Signature]], now: float) -> int:
+        """Remember that these pairs of job signatures crashed out of memory on one GPU, so the
+        ``oom-anti-affinity`` filter keeps them apart from now on; returns how many were new. Bumps the
+        version: a placer that decided without them decides again."""
+        rows = [(_text(a), _text(b), now) for a, b in (crashed_pair(*pair) for pair in pairs) if a and b]
+        if not rows:
+            return 0
+        with self._write() as conn:
+            before = conn.total_changes
+            conn.executemany("INSERT OR IGNORE INTO crashed_pairs (signature_a, signature_b, recorded_at) VALUES (?, ?, ?)", rows)
+            added = conn.total_changes - before
+            if added:
+                conn.execute("UPDATE ledger_version SET version = version + 1")
+            return added
+
+    def crashed_pairs(self) -> frozenset[tuple[Signature, Signature]]:
+        with closing(self._connect()) as conn:
+            rows = conn.execute("SELECT signature_a, signature_b FROM crashed_pairs").fetchall()
+        return frozenset((_signature(a), _signature(b)) for a, b in rows)
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
@@ -264,6 +289,14 @@ def _active(conn: sqlite3.Connection, now: float) -> tuple[int, dict[str, list[R
     conn.execute("COMMIT")
     residents: dict[str, list[Resident]] = {}
     for gpu_id, job_id, util, util_p90, mem, signature in rows:
-        values = tuple(float(x) for x in signature.split(",")) if signature else ()
-        residents.setdefault(gpu_id, []).append(Resident(job_id, util, util_p90, mem, values))
+        residents.setdefault(gpu_id, []).append(Resident(job_id, util, util_p90, mem, _signature(signature)))
     return version, residents
+
+
+def _text(signature: Signature) -> str:
+    """A signature as stored: its numbers' reprs, comma-separated, so it reads back exactly."""
+    return ",".join(repr(x) for x in signature)
+
+
+def _signature(text: str) -> Signature:
+    return tuple(float(x) for x in text.split(",")) if text else ()

@@ -13,7 +13,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -26,6 +26,7 @@ from horus_airflow.backends.ledger import (
 from horus_airflow.errors import InventoryError
 from horus_airflow.features.gpus import GPU_SPECS, gpu_spec, gpu_type_from_nvml
 from horus_airflow.placement import ClusterState, Decision, GpuState
+from horus_airflow.placement.state import Signature
 from horus_airflow.predictor.demand import Demand
 from horus_airflow.settings import Settings
 from horus_airflow.telemetry import RunSummary, nvml
@@ -84,6 +85,10 @@ def discover_inventory(declared: str | None) -> list[GpuState]:
     return parse_inventory(declared)
 
 
+_OOM_MARKERS = ("CUDA out of memory", "OutOfMemoryError", "CUDA_ERROR_OUT_OF_MEMORY", "CUBLAS_STATUS_ALLOC_FAILED")
+_LOG_TAIL_BYTES = 64 * 1024
+
+
 @dataclass(frozen=True)
 class LaunchedJob:
     process: subprocess.Popen[bytes]
@@ -100,10 +105,9 @@ class LocalBackend:
     def snapshot(self) -> ClusterState:
         version, residents = self.ledger.active(self.clock())
         return ClusterState(
-            tuple(
-replace(gpu, residents=tuple(residents.get(gpu.gpu_id, ()))) for gpu in self.gpus
-            ),
+            tuple(replace(gpu, residents=tuple(residents.get(gpu.gpu_id, ()))) for gpu in self.gpus),
             version,
+            self.ledger.crashed_pairs(),  # read after the version: a pair recorded since bumps it, so booking re-decides
         )
 
     def gpu(self, gpu_id: str) -> GpuState:
@@ -136,6 +140,27 @@ replace(gpu, residents=tuple(residents.get(gpu.gpu_id, ()))) for gpu in self.gpu
         if released:
             log.warning("released %d reservation(s) of an earlier try of %s: %s", len(released), owner, ", ".join(released))
         return len(released)
+
+    @staticmethod
+    def ran_out_of_gpu_memory(job: LaunchedJob) -> bool:
+        """Whether the job's log ends with a CUDA out-of-memory error (PyTorch's ``OutOfMemoryError``,
+        or the allocator's message that other frameworks print too)."""
+        path = job.run_dir / "job.log"
+        try:
+            with path.open("rb") as handle:
+                handle.seek(max(0, path.stat().st_size - _LOG_TAIL_BYTES))
+                tail = handle.read().decode("utf-8", "replace")
+        except OSError:
+            return False
+        return any(marker in tail for marker in _OOM_MARKERS)
+
+    def record_crash(self, signature: Signature, partners: Iterable[Signature]) -> int:
+        """A job with ``signature`` crashed out of memory next to jobs with these signatures: keep them
+        apart from now on (the ``oom-anti-affinity`` filter). Returns how many pairs were new."""
+        added = self.ledger.record_crashed_pairs({(signature, p) for p in partners if p}, self.clock()) if signature else 0
+        if added:
+            log.warning("recorded %d pair(s) that crashed out of memory together; they will not share a GPU again", added)
+        return added
 
     def launch(self, command: list[str], reservation: Reservation, run_dir: Path) -> LaunchedJob:
         """Start ``command`` under the telemetry wrapper, pinned to the reserved GPUs."""

@@ -197,14 +197,26 @@ def schedule(
     interference: InterferenceModel | None = None,
     credits: Mapping[str, float] | None = None,
 ) -> Scheduled:
-    """Try the waiting jobs in the order the profile's queue policy gives; the first that fits wins."""
+    """Try the waiting jobs in the order the profile's queue policy gives; the first that fits wins. A
+    job whose demand equals one that did not fit this state (same GPUs, predictions and signature: the
+    same workload) is not tried again, since the placer would give the same answer."""
     tried = []
+    unplaceable: set[tuple[Any, ...]] = set()
     for job in profile.queue.order(waiting, credits):
+        shape = _shape(job.demand)
+        if shape in unplaceable:
+            continue
         decision = place(job.demand, state, profile, interference)
         tried.append(decision)
         if decision.placed:
             return Scheduled(job, decision, tuple(tried))
+        unplaceable.add(shape)
     return Scheduled(None, None, tuple(tried))
+
+
+def _shape(demand: Demand) -> tuple[Any, ...]:
+    """All of a demand the placer reads, less the job's id."""
+    return (demand.gpus, tuple(sorted(demand.per_type.items())), demand.confidence, demand.signature)
 
 
 def _need(demand: Demand, state: ClusterState) -> Need:

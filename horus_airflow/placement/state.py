@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -15,6 +15,9 @@ import numpy as np
 
 from horus_airflow.errors import InventoryError
 from horus_airflow.validation import finite, in_range, whole
+
+
+Signature = tuple[float, ...]
 
 
 @dataclass(frozen=True)
@@ -75,26 +78,42 @@ class ClusterArrays:
     gpu_index: np.ndarray
     node_gpus: np.ndarray  # per GPU: GPUs on its node
     node_busy: np.ndarray  # per GPU: GPUs with residents on its node
+    resident_signatures: tuple[tuple[Signature, ...], ...] = ()  # per GPU: its residents' signatures
+    crash_partners: Mapping[Signature, frozenset[Signature]] = field(default_factory=dict)  # from ``crashed_pairs``
 
     def updated(self, changes: Mapping[int, GpuState]) -> ClusterArrays:
         """New arrays with these GPUs' residents replaced; the old arrays stay as they were (a decision
         made on them can still be explained)."""
         used, util, p90, count = self.used_mem.copy(), self.summed_util.copy(), self.summed_p90.copy(), self.residents.copy()
+        signatures = list(self.resident_signatures)
         for i, gpu in changes.items():
             used[i], util[i], count[i] = gpu.used_mem_mib, gpu.summed_util, len(gpu.residents)
             p90[i] = gpu.summed_p90
+            signatures[i] = tuple(r.signature for r in gpu.residents)
         busy_per_node = np.bincount(self.node_index, weights=(count > 0), minlength=len(self.nodes))
         return replace(self, used_mem=used, summed_util=util, summed_p90=p90, residents=count,
-                       node_busy=busy_per_node[self.node_index])
+                       node_busy=busy_per_node[self.node_index], resident_signatures=tuple(signatures))
+
+
+def crash_partners(pairs: frozenset[tuple[Signature, Signature]]) -> dict[Signature, frozenset[Signature]]:
+    """Each signature's partners in ``pairs`` (both ways)."""
+    partners: dict[Signature, set[Signature]] = {}
+    for a, b in pairs:
+        partners.setdefault(a, set()).add(b)
+        partners.setdefault(b, set()).add(a)
+    return {s: frozenset(p) for s, p in partners.items()}
 
 
 @dataclass(frozen=True)
 class ClusterState:
     """A consistent snapshot; ``version`` is the ledger version it was read at (compare-and-swap): SQLite's
-    counter, or a Kubernetes ``resourceVersion``, which is an opaque string."""
+    counter, or a Kubernetes ``resourceVersion``, which is an opaque string. ``crashed_pairs``: pairs of
+    job signatures that crashed out of memory when they shared a GPU (the ``oom-anti-affinity`` filter
+    keeps them apart)."""
 
     gpus: tuple[GpuState, ...]
     version: int | str = 0
+    crashed_pairs: frozenset[tuple[Signature, Signature]] = frozenset()
 
     @cached_property
     def arrays(self) -> ClusterArrays:
@@ -122,16 +141,23 @@ class ClusterState:
             gpu_index=np.fromiter((g.index for g in gpus), dtype=np.int64, count=len(gpus)),
             node_gpus=per_node[node_index],
             node_busy=busy_per_node[node_index],
+            resident_signatures=tuple(tuple(r.signature for r in g.residents) for g in gpus),
+            crash_partners=crash_partners(self.crashed_pairs),
         )
 
-    def with_changes(self, changes: Mapping[int, GpuState], version: int | str | None = None) -> ClusterState:
+    def with_changes(self, changes: Mapping[int, GpuState], version: int | str | None = None,
+                     crashed_pairs: frozenset[tuple[Signature, Signature]] | None = None) -> ClusterState:
         """The state with some GPUs (by position) replaced, updating the arrays instead of rebuilding them:
         what a simulator or a long-lived backend needs when one event touches a few GPUs."""
         gpus = list(self.gpus)
         for i, gpu in changes.items():
             gpus[i] = gpu
-        state = ClusterState(tuple(gpus), self.version if version is None else version)
-        state.__dict__["arrays"] = self.arrays.updated(changes)  # seeds the cached property
+        pairs = self.crashed_pairs if crashed_pairs is None else crashed_pairs
+        state = ClusterState(tuple(gpus), self.version if version is None else version, pairs)
+        arrays = self.arrays.updated(changes)
+        if pairs != self.crashed_pairs:
+            arrays = replace(arrays, crash_partners=crash_partners(pairs))
+        state.__dict__["arrays"] = arrays  # seeds the cached property
         return state
 
     def to_dict(self) -> dict[str, Any]:
@@ -149,6 +175,7 @@ class ClusterState:
                 }
                 for g in self.gpus
             ],
+            **({"crashed_pairs": [[list(a), list(b)] for a, b in sorted(self.crashed_pairs)]} if self.crashed_pairs else {}),
         }
 
     @classmethod
@@ -167,11 +194,32 @@ class ClusterState:
         version = raw.get("version", 0)
         if isinstance(version, bool) or not isinstance(version, (int, str)):
             raise InventoryError(f"malformed cluster state: version {version!r}; expected an integer or a string")
-        return cls(gpus, version)
+        return cls(gpus, version, _read_crashed_pairs(raw.get("crashed_pairs", [])))
 
 
 _STATE_SHAPE = ('expected {"gpus": [{"gpu_id", "node", "gpu_type", "memory_mib", optional "index", "rack", "healthy", '
                 '"residents": [{"job_id", "util", "util_p90", "mem_mib", optional "signature"}]}]}')
+
+
+def _read_crashed_pairs(raw: Any) -> frozenset[tuple[Signature, Signature]]:
+    shape = "expected crashed_pairs: [[signature, signature], ...], each signature a list of numbers"
+    if not isinstance(raw, list):
+        raise InventoryError(f"malformed cluster state: crashed_pairs is {type(raw).__name__}; {shape}")
+    pairs = []
+    for n, pair in enumerate(raw):
+        if not isinstance(pair, list) or len(pair) != 2 or not all(isinstance(s, list) and s for s in pair):
+            raise InventoryError(f"malformed cluster state: crashed_pairs[{n}] is {pair!r}; {shape}")
+        try:
+            a, b = (tuple(finite(x, "signature") for x in s) for s in pair)
+        except (TypeError, ValueError) as exc:
+            raise InventoryError(f"malformed cluster state: crashed_pairs[{n}]: {exc}; {shape}") from None
+        pairs.append(crashed_pair(a, b))
+    return frozenset(pairs)
+
+
+def crashed_pair(a: Signature, b: Signature) -> tuple[Signature, Signature]:
+    """The one key of an unordered pair."""
+    return (a, b) if a <= b else (b, a)
 
 
 def _read_gpu(raw: Any, position: int) -> GpuState:

@@ -22,8 +22,9 @@ from typing import Callable
 
 from horus_airflow.features import extract_features
 from horus_airflow.features.gpus import gpu_spec
-from horus_airflow.interference import CoRunner, InterferenceModel, signature
+from horus_airflow.interference import CoRunner, InterferenceModel, Memoized, signature
 from horus_airflow.placement import ClusterState, GpuState, Profile, Resident, Waiting, place, schedule
+from horus_airflow.placement.state import crashed_pair
 from horus_airflow.predictor import AnalyticPrior, Demand
 from horus_airflow.simulator.traces import SimJob, Trace
 from horus_airflow.simulator.truth import MeasuredTruth
@@ -122,6 +123,7 @@ def simulate(
     progress: Callable[[int, int], None] | None = None,
 ) -> SimulationRun:
     run = SimulationRun(profile.name, cluster, skipped=dict(trace.skipped))
+    policy_interference = Memoized(policy_interference)
     spec = gpu_spec(cluster.gpu_type)
     base = cluster.gpus()
     index_of = {gpu.gpu_id: i for i, gpu in enumerate(base)}
@@ -205,10 +207,11 @@ def simulate(
                 progress(len(run.finished), total)
         while arrivals and arrivals[0][0] <= now:
             _, _, index = heapq.heappop(arrivals)
-            fresh[index] = Waiting(demands.of(jobs[index], index), jobs[index].arrival_s)
+            fresh[index] = Waiting(demands.of(jobs[index], index), jobs[index].arrival_s, expected_runtime_s=jobs[index].duration_s)
         while ready and ready[0][0] <= now:
             _, index = heapq.heappop(ready)
-            retrying[index] = Waiting(demands.of(jobs[index], index), jobs[index].arrival_s, skips=restarts[index])
+            retrying[index] = Waiting(demands.of(jobs[index], index), jobs[index].arrival_s, skips=restarts[index],
+                                      expected_runtime_s=jobs[index].duration_s)
         if changed:
             state = rebuild(changed)
             refresh(changed)
@@ -231,13 +234,16 @@ def simulate(
             for g in gpu_indices:
                 residents[g].append(str(index))
                 predicted_util[g] += entry.demand.on(cluster.gpu_type).util
-            crashed = any(not _truth_on(g, residents, running, truth, spec, demands, run).fits for g in gpu_indices)
-            if crashed:
+            crashed_on = [g for g in gpu_indices if not _truth_on(g, residents, running, truth, spec, demands, run).fits]
+            if crashed_on:
                 run.oom_events += 1
                 del running[index]
                 for g in gpu_indices:
                     residents[g].remove(str(index))
                     predicted_util[g] -= entry.demand.on(cluster.gpu_type).util
+                # what a live cluster learns from the crash: these jobs are not put together again
+                pairs = {crashed_pair(entry.demand.signature, running[int(k)].demand.signature) for g in crashed_on for k in residents[g]}
+                state = state.with_changes({}, crashed_pairs=state.crashed_pairs | pairs)
                 restarts[index] = restarts.get(index, 0) + 1
                 heapq.heappush(ready, (now + restart_delay_s, index))
                 continue
