@@ -100,12 +100,14 @@ def test_exclusive_profile_never_shares() -> None:
     assert "max-residents" in decision.reason
 
 
-def test_gang_placement_is_all_or_nothing_on_one_node() -> None:
+def test_gang_placement_is_all_or_nothing_on_one_node_and_spills_over_nodes_only_where_none_can_take_it() -> None:
     state = ClusterState((gpu(0, node="n1"), gpu(0, node="n2"), gpu(1, node="n2")))
     decision = place(demand(50, 1000, gpus=2), state, load_profile("horus-paper"))
     assert decision.gpu_ids == ("n2/0", "n2/1")
     lonely = ClusterState((gpu(0, node="n1"), gpu(0, node="n2")))
-    assert not place(demand(50, 1000, gpus=2), lonely, load_profile("horus-paper")).placed
+    assert not place(demand(50, 1000, gpus=2), lonely, load_profile("binpack")).placed  # one node only
+    spilled = place(demand(50, 1000, gpus=2), lonely, load_profile("horus-paper"))  # the paper's: fewest nodes of a rack
+    assert spilled.gpu_ids == ("n1/0", "n2/0") and "on 2 nodes" in spilled.reason
 
 
 def test_a_gang_may_span_nodes_of_one_rack_when_locality_allows() -> None:
@@ -363,7 +365,7 @@ def test_remaining_time_runs_short_jobs_first_and_ages_long_ones() -> None:
     jobs = [waiting("long", 10, 0, expected_runtime_s=10_000.0), waiting("short", 10, 5, expected_runtime_s=100.0),
             waiting("unknown", 10, 6)]
     assert [w.demand.job_id for w in policy.order(jobs)] == ["short", "unknown", "long"]
-    aged = [replace(jobs[0], waited_s=99_500.0), *jobs[1:]]  # 10,000 s less 0.1 x 99,500 s waited: ahead of 100 s
+    aged = [replace(jobs[0], waited_s=99_500.0), *jobs[1:]]  # 10,000 s less 0.3 x 99,500 s waited: ahead of 100 s
     assert [w.demand.job_id for w in policy.order(aged)][0] == "long"
     many_skips = [replace(jobs[0], skips=500), jobs[1]]  # skipping is what short-first does: no FIFO fallback
     assert policy.order(many_skips)[0].demand.job_id == "short"

@@ -136,7 +136,7 @@ class RemainingTime:
     back into FIFO. ``max_wait_s`` still bounds any wait."""
 
     k: int = 16
-    aging: float = 0.1
+    aging: float = 0.3
     max_skips: int = 1_000_000
     max_wait_s: float = math.inf
     name = "remaining-time"
