@@ -85,8 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     simulate.add_argument("--nodes", type=_at_least(1, int), required=True, help="nodes in the simulated cluster")
     simulate.add_argument("--gpus-per-node", type=_at_least(1, int), default=8, help="GPUs per node (default 8)")
     simulate.add_argument("--gpu", default="v100", help="GPU type with measured co-location data: k80, p100, v100 (default v100)")
-    simulate.add_argument("--profiles", default="exclusive,gandiva-pack,horus-paper,horus-ml",
-                          help="comma-separated profile names or .yaml paths (default: the four compared in docs/EVALUATION.md)")
+    simulate.add_argument("--profiles", default="exclusive,gandiva-pack,horus-paper,horus-ml,horus-throughput",
+                          help="comma-separated profile names or .yaml paths (default: the five compared in docs/EVALUATION.md)")
     simulate.add_argument("--json", type=Path, help="write the results here")
     simulate.add_argument("--plot", type=Path, help="write the PNG plot here")
     simulate.add_argument("--arrival-scale", type=_at_least(1e-6, float), default=1.0,
@@ -96,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
                           help="measured co-location pairs, the simulation's ground truth (default: Gavel's)")
     simulate.add_argument("--isolated", type=Path, default=Path("data/interference_seed/gavel_isolated.csv"),
                           help="measured isolated throughputs, for Gavel traces (default: Gavel's)")
+    simulate.add_argument("--predictor", choices=("prior", "champion"), default="prior",
+                          help="what the policies predict demands with: the analytic prior (default) or the registered "
+                               "champion predictor, as the operators do")
     simulate.add_argument("--no-mlflow", action="store_true", help="do not log an MLflow run")
 
     _model_commands(sub, "interference-model", "the interference model", "job types and GPU types held out",
@@ -398,10 +401,15 @@ def _simulate(args: argparse.Namespace) -> int:
     from horus_airflow.registry.store import QUICK, http_policy
     from horus_airflow.simulator.runner import run_simulation
 
+    predictor = None
+    if args.predictor == "champion":
+        from horus_airflow.registry import load_predictor
+
+        predictor = load_predictor(Settings.from_env())
     report = run_simulation(
         args.trace, args.trace_format, Cluster(args.nodes, args.gpus_per_node, args.gpu),
         [p.strip() for p in args.profiles.split(",") if p.strip()], args.pairs, args.isolated, args.arrival_scale,
-        args.limit, _progress_bar if sys.stderr.isatty() else None,
+        args.limit, _progress_bar if sys.stderr.isatty() else None, predictor,
     )
     print(comparison_table(report.results))
     skipped = report.results[0].skipped_reasons if report.results else {}

@@ -266,9 +266,9 @@ def test_schedule_places_the_first_job_that_fits_in_policy_order() -> None:
     assert schedule(jobs, state, load_profile_with_queue("fifo")).job is None
 
 
-def load_profile_with_queue(policy: str):  # type: ignore[no-untyped-def]
+def load_profile_with_queue(policy: str, **args: object):  # type: ignore[no-untyped-def]
     return parse_profile({"name": policy, "filters": [{"name": "memory-fit"}], "scores": [{"name": "horus-cost"}],
-                          "queue": {"policy": policy}})
+                          "queue": {"policy": policy, **args}})
 
 
 def test_cluster_state_json_round_trips_and_bad_input_is_named() -> None:
@@ -361,7 +361,7 @@ def test_crashed_pairs_round_trip_through_the_state_json_and_bad_ones_are_named(
 
 
 def test_remaining_time_runs_short_jobs_first_and_ages_long_ones() -> None:
-    policy = load_profile("horus-throughput").queue
+    policy = load_profile_with_queue("remaining-time", aging=0.3).queue
     jobs = [waiting("long", 10, 0, expected_runtime_s=10_000.0), waiting("short", 10, 5, expected_runtime_s=100.0),
             waiting("unknown", 10, 6)]
     assert [w.demand.job_id for w in policy.order(jobs)] == ["short", "unknown", "long"]
@@ -369,6 +369,8 @@ def test_remaining_time_runs_short_jobs_first_and_ages_long_ones() -> None:
     assert [w.demand.job_id for w in policy.order(aged)][0] == "long"
     many_skips = [replace(jobs[0], skips=500), jobs[1]]  # skipping is what short-first does: no FIFO fallback
     assert policy.order(many_skips)[0].demand.job_id == "short"
+    windowed = load_profile_with_queue("remaining-time", window=2).queue
+    assert [w.demand.job_id for w in windowed.order(jobs)] == ["short", "long"]  # a later job may not jump the window
 
 
 def test_schedule_does_not_retry_a_demand_equal_to_one_that_did_not_fit() -> None:

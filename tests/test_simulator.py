@@ -15,6 +15,7 @@ import pytest
 from horus_airflow.errors import HorusError
 from horus_airflow.interference.pairs import read_pairs
 from horus_airflow.placement import load_profile
+from horus_airflow.placement.profiles import parse_profile
 from horus_airflow.simulator.engine import Cluster, simulate
 from horus_airflow.simulator.metrics import comparison_table, summarize
 from horus_airflow.simulator.traces import TraceError, read_trace
@@ -159,3 +160,23 @@ def test_comparison_table_has_ratios_against_exclusive(tmp_path: Path, isolated:
     assert "ratio to exclusive" in table
     ratio_line = [line for line in table.splitlines() if line.startswith("horus-paper")][-1]
     assert float(ratio_line.split()[1]) == pytest.approx(1207.2 / 2000, rel=1e-3)  # makespan ratio
+
+
+@pytest.mark.integration
+def test_a_crash_is_not_repeated_where_the_profile_keeps_crashed_pairs_apart(tmp_path: Path, isolated: pd.DataFrame, models) -> None:  # type: ignore[no-untyped-def]
+    truth, policy = models
+    jobs = [("ResNet-50 (batch size 64)", 0), ("Transformer (batch size 256)", 10)]
+    rates = isolated[isolated["gpu_type"] == "v100"].set_index(["job_type", "scale_factor"])["steps_per_s"]
+    path = tmp_path / "oom.trace"
+    path.write_text("".join(f"{job}\tcmd\t-n\t0\t{rates[(job, 1)] * 3600:.4f}\t{arrival}\t1\n" for job, arrival in jobs))
+    trace = read_trace(path, "gavel", "v100", isolated)
+    blind = load_profile("gandiva-pack")
+    remembering = parse_profile({"name": "gandiva-remembering", "filters": [*({"name": f.name} for f in blind.filters[1:]),
+                                                                              {"name": "oom-anti-affinity"}],
+                                 "scores": [{"name": "allocation"}]})
+    loop = simulate(trace, Cluster(1, 1, "v100"), blind, truth, policy)
+    learned = simulate(trace, Cluster(1, 1, "v100"), remembering, truth, policy)
+    assert loop.oom_events > 10  # re-queued every 60 s for the hour the ResNet-50 runs
+    assert learned.oom_events == 1 and len(learned.finished) == 2
+    transformer = next(f for f in learned.finished if f.restarts)
+    assert transformer.restarts == 1 and transformer.start_s == pytest.approx(3600.0)  # waited for the GPU to be free

@@ -126,29 +126,34 @@ class Credit:
 
 @dataclass(frozen=True)
 class RemainingTime:
-    """Least predicted remaining time first, with aging: a job's key is its expected runtime less
-    ``aging`` times the seconds it has waited, so short jobs go first (what lowers mean JCT under
-    queueing) and a long job moves up as it waits instead of starving. A job with no expected runtime is
-    keyed by the median of those that have one. Up to ``k`` jobs are tried per round (0: all).
+    """Least predicted remaining time first, with aging, among the ``window`` oldest jobs (0: all): a
+    job's key is its expected runtime less ``aging`` times the seconds it has waited, so short jobs go
+    first (what lowers mean JCT under queueing) and a long job moves up as it waits instead of
+    starving. The window bounds how far a job arriving later may jump ahead. A job with no expected
+    runtime is keyed by the median of those that have one. Up to ``k`` jobs are tried per round (0: all).
 
-    Aging is the starvation protection here, so ``max_skips`` is off by default: every short job placed
-    ahead of a long one counts as a skip, and under a long queue a skip limit would soon turn the policy
-    back into FIFO. ``max_wait_s`` still bounds any wait."""
+    Aging and the window are the starvation protection here, so ``max_skips`` is off by default: every
+    short job placed ahead of a long one counts as a skip, and under a long queue a skip limit would soon
+    turn the policy back into FIFO. ``max_wait_s`` still bounds any wait."""
 
     k: int = 16
-    aging: float = 0.3
+    window: int = 32
+    aging: float = 0.1
     max_skips: int = 1_000_000
     max_wait_s: float = math.inf
     name = "remaining-time"
 
     def __post_init__(self) -> None:
         _check_window(self.k, self.max_skips, self.max_wait_s, smallest_k=0)
+        whole(self.window, "window", 0)
         in_range(self.aging, "aging (seconds of runtime forgiven per second waited)", 0.0)
 
     def order(self, waiting: Sequence[Waiting], credits: Mapping[str, float] | None = None) -> list[Waiting]:
         starving = _starving(waiting, self.max_skips, self.max_wait_s)
         if starving:
             return starving
+        if self.window:
+            waiting = sorted(waiting, key=lambda w: w.arrival)[: self.window]
         known = [w.expected_runtime_s for w in waiting if w.expected_runtime_s is not None]
         typical = statistics.median(known) if known else 0.0
         ranked = sorted(waiting, key=lambda w: ((typical if w.expected_runtime_s is None else w.expected_runtime_s)

@@ -7,8 +7,8 @@ The queue policy is offered the jobs back from a crash and the ``QUEUE_WINDOW`` 
 jobs, so a long queue costs a bounded amount per event (every built-in policy looks at the oldest jobs
 first anyway; ``shortest-first`` and ``credit`` then see the 256 oldest, not all).
 
-Policies see predictions only (the analytic prior's demand and their own interference model); what a
-job really suffers comes from :mod:`horus_airflow.simulator.truth`. The simulator owns the clock; the
+Policies see predictions only (the analytic prior's demand, or a trained predictor's, and their own
+interference model); what a job really suffers comes from :mod:`horus_airflow.simulator.truth`. The simulator owns the clock; the
 placer stays pure.
 """
 
@@ -18,10 +18,11 @@ import heapq
 import math
 from itertools import islice
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from typing import Callable, Protocol
 
 from horus_airflow.features import extract_features
-from horus_airflow.features.gpus import gpu_spec
+from horus_airflow.features.gpus import GpuSpec, gpu_spec
+from horus_airflow.features.graph import GraphFeatures
 from horus_airflow.interference import CoRunner, InterferenceModel, Memoized, signature
 from horus_airflow.placement import ClusterState, GpuState, Profile, Resident, Waiting, place, schedule
 from horus_airflow.placement.state import crashed_pair
@@ -121,14 +122,17 @@ def simulate(
     policy_interference: InterferenceModel,
     restart_delay_s: float = 60.0,
     progress: Callable[[int, int], None] | None = None,
+    predictor: DemandPredictor | None = None,
 ) -> SimulationRun:
+    """``predictor``: what the policies predict each job's demand with (default: the analytic prior; the
+    operators use the registered champion)."""
     run = SimulationRun(profile.name, cluster, skipped=dict(trace.skipped))
     policy_interference = Memoized(policy_interference)
     spec = gpu_spec(cluster.gpu_type)
     base = cluster.gpus()
     index_of = {gpu.gpu_id: i for i, gpu in enumerate(base)}
     residents: list[list[str]] = [[] for _ in base]
-    demands = Demands(cluster.gpu_type)
+    demands = Demands(cluster.gpu_type, predictor)
     placeable = Placeable(base, profile, policy_interference)
     jobs = []
     for job in trace.jobs:
@@ -272,18 +276,26 @@ def _truth_on(g: int, residents: list[list[str]], running: dict[int, _Running], 
     return outcome
 
 
-class Demands:
-    """The policies' view of each workload (analytic prior and signature), computed once per workload."""
+class DemandPredictor(Protocol):
+    """What predicts a job's demand: the analytic prior, or a trained (registered) predictor."""
 
-    def __init__(self, gpu_type: str) -> None:
+    name: str
+
+    def predict(self, job_id: str, features: GraphFeatures, gpus: int, specs: list[GpuSpec]) -> Demand: ...
+
+
+class Demands:
+    """The policies' view of each workload (predicted demand and signature), computed once per workload."""
+
+    def __init__(self, gpu_type: str, predictor: DemandPredictor | None = None) -> None:
         self.gpu_type = gpu_type
-        self.prior = AnalyticPrior()
+        self.predictor: DemandPredictor = predictor or AnalyticPrior()
         self.cache: dict[Workload, Demand] = {}
 
     def template(self, workload: Workload) -> Demand:
         if workload not in self.cache:
             features = extract_features(workload.model, workload.batch_size, workload.dataset)
-            demand = self.prior.predict("", features, 1, [gpu_spec(self.gpu_type)])
+            demand = self.predictor.predict("", features, 1, [gpu_spec(self.gpu_type)])
             self.cache[workload] = replace(demand, signature=signature(features))
         return self.cache[workload]
 

@@ -14,7 +14,7 @@ from horus_airflow.interference.pairs import read_pairs
 from horus_airflow.placement import load_profile
 from horus_airflow.interference import InterferenceModel
 from horus_airflow.placement import Profile
-from horus_airflow.simulator.engine import Cluster, Demands, Placeable, simulate
+from horus_airflow.simulator.engine import Cluster, DemandPredictor, Demands, Placeable, simulate
 from horus_airflow.simulator.metrics import summarize
 from horus_airflow.simulator.report import SimulationReport
 from horus_airflow.simulator.traces import Trace, TraceError, read_trace
@@ -33,9 +33,10 @@ def run_simulation(
     arrival_scale: float = 1.0,
     limit: int | None = None,
     progress: Callable[[str, int, int], None] | None = None,
+    predictor: DemandPredictor | None = None,
 ) -> SimulationReport:
     """``arrival_scale`` > 1 compresses arrival times (more load on the same cluster); ``limit`` keeps
-    the first jobs by arrival."""
+    the first jobs by arrival; ``predictor`` predicts the policies' demands (default: the analytic prior)."""
     if arrival_scale <= 0:
         raise TraceError(f"arrival scale must be > 0, got {arrival_scale}")
     loaded_profiles = [load_profile(name) for name in profiles]
@@ -45,25 +46,27 @@ def run_simulation(
     jobs = tuple(replace(job, arrival_s=job.arrival_s / arrival_scale) for job in jobs)
     trace = Trace(jobs, trace.skipped, trace.source)
     truth, policy_model = split_models(read_pairs(pairs_path), cluster.gpu_type)
-    trace = common_jobs(trace, cluster, loaded_profiles, policy_model)
+    trace = common_jobs(trace, cluster, loaded_profiles, policy_model, predictor)
     started = time.perf_counter()
     runs = []
     for profile in loaded_profiles:
         callback = (lambda done, total, name=profile.name: progress(name, done, total)) if progress else None
-        runs.append(simulate(trace, cluster, profile, truth, policy_model, progress=callback))
+        runs.append(simulate(trace, cluster, profile, truth, policy_model, progress=callback, predictor=predictor))
     return SimulationReport(
         trace=str(trace_path), trace_format=trace_format,
         cluster=f"{cluster.nodes} nodes x {cluster.gpus_per_node} {cluster.gpu_type}",
         truth=(f"measured Gavel pairs on {cluster.gpu_type}; unmeasured pairs from a model fitted only on "
-               f"{cluster.gpu_type} pairs; policies' learned model fitted on the other GPU types"),
+               f"{cluster.gpu_type} pairs; policies' learned model fitted on the other GPU types; policies' demands "
+               f"from {predictor.name if predictor else 'the analytic prior'}"),
         results=[summarize(run) for run in runs], runs=runs, wall_s=time.perf_counter() - started,
     )
 
 
-def common_jobs(trace: Trace, cluster: Cluster, profiles: list[Profile], model: InterferenceModel) -> Trace:
+def common_jobs(trace: Trace, cluster: Cluster, profiles: list[Profile], model: InterferenceModel,
+                predictor: DemandPredictor | None = None) -> Trace:
     """Keep the jobs every profile can place on the idle cluster, so all profiles are measured on the
     same jobs; the others are counted under the first profile that cannot place them."""
-    demands = Demands(cluster.gpu_type)
+    demands = Demands(cluster.gpu_type, predictor)
     checks = [Placeable(cluster.gpus(), profile, model) for profile in profiles]
     kept, skipped = [], dict(trace.skipped)
     for job in trace.jobs:
