@@ -68,10 +68,11 @@ _COLUMNS = (("makespan_s", "makespan h", 3600.0), ("avg_jct_s", "mean JCT h", 36
 
 def comparison_table(results: list[ProfileMetrics], baseline: str = "exclusive") -> str:
     """Absolute values, then each value as a ratio of the baseline profile's (when it ran)."""
-    header = f"{'profile':<14}" + "".join(f"{label:>15}" for _, label, _ in _COLUMNS)
+    width = max([14, *(len(m.profile) + 1 for m in results)])
+    header = f"{'profile':<{width}}" + "".join(f"{label:>15}" for _, label, _ in _COLUMNS)
     lines = [header]
     for m in results:
-        lines.append(f"{m.profile:<14}" + "".join(f"{getattr(m, key) / scale:>15.3f}" for key, _, scale in _COLUMNS))
+        lines.append(f"{m.profile:<{width}}" + "".join(f"{getattr(m, key) / scale:>15.3f}" for key, _, scale in _COLUMNS))
     base = next((m for m in results if m.profile == baseline), None)
     if base is not None:
         lines.append(f"\nratio to {baseline}")
@@ -81,5 +82,5 @@ def comparison_table(results: list[ProfileMetrics], baseline: str = "exclusive")
             for key, _, _ in _COLUMNS:
                 denominator = getattr(base, key)
                 cells.append(f"{getattr(m, key) / denominator:>15.3f}" if denominator else f"{'-':>15}")
-            lines.append(f"{m.profile:<14}" + "".join(cells))
+            lines.append(f"{m.profile:<{width}}" + "".join(cells))
     return "\n".join(lines)
