@@ -18,6 +18,7 @@ from horus_airflow.placement import (
     Resident,
     Waiting,
     builtin_profiles,
+    demand_shape,
     load_profile,
     place,
     schedule,
@@ -379,3 +380,8 @@ def test_schedule_does_not_retry_a_demand_equal_to_one_that_did_not_fit() -> Non
     done = schedule(jobs, state, load_profile_with_queue("shortest-first"))
     assert done.job is not None and done.job.demand.job_id == "small"
     assert [d.job_id for d in done.tried] == ["big-0", "small"]
+    failed = schedule(jobs[:5], state, load_profile_with_queue("shortest-first"))
+    assert failed.job is None and failed.unplaceable == {demand_shape(jobs[0].demand)}
+    # the next round on the very same state (an arrival, nothing else changed) tries only the newcomer
+    again = schedule(jobs, state, load_profile_with_queue("shortest-first"), unplaceable=failed.unplaceable)
+    assert [d.job_id for d in again.tried] == ["small"]

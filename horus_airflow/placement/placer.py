@@ -14,7 +14,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Mapping, Sequence
+from typing import Any, Hashable, Mapping, Sequence
 
 import numpy as np
 
@@ -183,11 +183,13 @@ def place(demand: Demand, state: ClusterState, profile: Profile, interference: I
 
 @dataclass(frozen=True)
 class Scheduled:
-    """What one scheduling round did: the job placed (None when none could be) and every decision tried."""
+    """What one scheduling round did: the job placed (None when none could be), every decision tried, and
+    the demands (:func:`demand_shape`) that did not fit the state, for the next round on the same state."""
 
     job: Waiting | None
     decision: Decision | None
     tried: tuple[Decision, ...]
+    unplaceable: frozenset[Hashable] = frozenset()
 
 
 def schedule(
@@ -196,26 +198,29 @@ def schedule(
     profile: Profile,
     interference: InterferenceModel | None = None,
     credits: Mapping[str, float] | None = None,
+    unplaceable: frozenset[Hashable] = frozenset(),
 ) -> Scheduled:
     """Try the waiting jobs in the order the profile's queue policy gives; the first that fits wins. A
     job whose demand equals one that did not fit this state (same GPUs, predictions and signature: the
-    same workload) is not tried again, since the placer would give the same answer."""
+    same workload) is not tried again, since the placer would give the same answer. ``unplaceable``
+    carries those demands over from an earlier round on the very same state: a loop that calls again
+    after an arrival, with nothing else changed, tries only the newcomers."""
     tried = []
-    unplaceable: set[tuple[Any, ...]] = set()
+    failed = set(unplaceable)
     for job in profile.queue.order(waiting, credits):
-        shape = _shape(job.demand)
-        if shape in unplaceable:
+        shape = demand_shape(job.demand)
+        if shape in failed:
             continue
         decision = place(job.demand, state, profile, interference)
         tried.append(decision)
         if decision.placed:
-            return Scheduled(job, decision, tuple(tried))
-        unplaceable.add(shape)
-    return Scheduled(None, None, tuple(tried))
+            return Scheduled(job, decision, tuple(tried), frozenset(failed))
+        failed.add(shape)
+    return Scheduled(None, None, tuple(tried), frozenset(failed))
 
 
-def _shape(demand: Demand) -> tuple[Any, ...]:
-    """All of a demand the placer reads, less the job's id."""
+def demand_shape(demand: Demand) -> Hashable:
+    """All of a demand the placer reads, less the job's id: two demands of one shape get one answer."""
     return (demand.gpus, tuple(sorted(demand.per_type.items())), demand.confidence, demand.signature)
 
 

@@ -137,8 +137,8 @@ class RemainingTime:
     turn the policy back into FIFO. ``max_wait_s`` still bounds any wait."""
 
     k: int = 16
-    window: int = 32
-    aging: float = 0.1
+    window: int = 0
+    aging: float = 0.3
     max_skips: int = 1_000_000
     max_wait_s: float = math.inf
     name = "remaining-time"

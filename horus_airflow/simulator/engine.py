@@ -18,7 +18,7 @@ import heapq
 import math
 from itertools import islice
 from dataclasses import dataclass, field, replace
-from typing import Callable, Protocol
+from typing import Callable, Hashable, Protocol
 
 from horus_airflow.features import extract_features
 from horus_airflow.features.gpus import GpuSpec, gpu_spec
@@ -153,6 +153,7 @@ def simulate(
     state = ClusterState(base)
     predicted_util = [0.0] * len(base)
     total = len(jobs)
+    failed = _Failed(state, frozenset())
 
     def advance(to: float) -> None:
         """Integrate the rates of the last sample: they hold from one event to the next."""
@@ -221,8 +222,10 @@ def simulate(
             refresh(changed)
         while fresh or retrying:
             window = [*retrying.values(), *islice(fresh.values(), QUEUE_WINDOW)]
-            done = schedule([replace(w, waited_s=now - w.arrival) for w in window], state, profile, policy_interference)
+            done = schedule([replace(w, waited_s=now - w.arrival) for w in window], state, profile, policy_interference,
+                            unplaceable=failed.unplaceable if failed.state is state else frozenset())
             if done.job is None or done.decision is None:
+                failed = _Failed(state, done.unplaceable)
                 break
             index = int(done.job.demand.job_id)
             for w in window:
@@ -259,6 +262,15 @@ def simulate(
                                   sum(r.speed * r.job.gpus for r in running.values()) / len(base),
                                   sum(min(100.0, u) for u in predicted_util) / (100.0 * len(base))))
     return run
+
+
+@dataclass(frozen=True)
+class _Failed:
+    """The demands the last round could not place, and the state it tried them on: while the state is
+    the same object (arrivals only), they are not tried again."""
+
+    state: ClusterState
+    unplaceable: frozenset[Hashable]
 
 
 def _resident(entry: _Running, gpu_type: str) -> Resident:
