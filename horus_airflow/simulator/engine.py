@@ -99,6 +99,7 @@ class SimulationRun:
     measured_pairs: int = 0
     modelled_pairs: int = 0
     unfinished: int = 0
+    wall_s: float = 0.0  # how long the run took, set by the caller: the engine reads no clock
 
 
 @dataclass
@@ -222,7 +223,7 @@ def simulate(
             refresh(changed)
         while fresh or retrying:
             window = [*retrying.values(), *islice(fresh.values(), QUEUE_WINDOW)]
-            done = schedule([replace(w, waited_s=now - w.arrival) for w in window], state, profile, policy_interference,
+            done = schedule([_as_of(w, now) for w in window], state, profile, policy_interference,
                             unplaceable=failed.unplaceable if failed.state is state else frozenset())
             if done.job is None or done.decision is None:
                 failed = _Failed(state, done.unplaceable)
@@ -271,6 +272,13 @@ class _Failed:
 
     state: ClusterState
     unplaceable: frozenset[Hashable]
+
+
+def _as_of(job: Waiting, now: float) -> Waiting:
+    """The job with its wait up to ``now``. ``dataclasses.replace`` would inspect the fields on every call,
+    and this runs for every waiting job in every round."""
+    return Waiting(demand=job.demand, arrival=job.arrival, waited_s=now - job.arrival, skips=job.skips,
+                   expected_runtime_s=job.expected_runtime_s, queue=job.queue)
 
 
 def _resident(entry: _Running, gpu_type: str) -> Resident:

@@ -51,7 +51,9 @@ def run_simulation(
     runs = []
     for profile in loaded_profiles:
         callback = (lambda done, total, name=profile.name: progress(name, done, total)) if progress else None
+        began = time.perf_counter()
         runs.append(simulate(trace, cluster, profile, truth, policy_model, progress=callback, predictor=predictor))
+        runs[-1].wall_s = time.perf_counter() - began
     return SimulationReport(
         trace=str(trace_path), trace_format=trace_format,
         cluster=f"{cluster.nodes} nodes x {cluster.gpus_per_node} {cluster.gpu_type}",
