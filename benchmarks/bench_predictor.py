@@ -100,7 +100,7 @@ def gpumemnet_rows(path: Path, limit: int) -> pd.DataFrame:
     for _, run in raw.iterrows():
         layers = ast.literal_eval(run["Activations-Params"])
         _, inputs, outputs = _mlp(layers)
-        data = EnvironmentData("gpumemnet-vector", (inputs,), outputs, host_us_per_sample=0.0)
+        data = EnvironmentData("gpumemnet-vector", (inputs,), outputs, host_us_per_sample=4.0)
         arch = _ARCH.search(run["Filename"]).group(1)
         workload = Workload(f"mlp-{arch}", arch, ("state",), data.name, lambda _d, layers=layers: _mlp(layers)[0],
                             optimizer="adam")

@@ -6,10 +6,11 @@ import pytest
 import torch
 from torch import nn
 
-from horus_airflow.catalog import resolve
+from horus_airflow.catalog import ResolvedWorkload, Workload, resolve
+from horus_airflow.catalog.datasets import EnvironmentData
 from horus_airflow.errors import InvalidJobError, InventoryError
 from horus_airflow.features.gpus import GPU_SPECS, gpu_spec, gpu_type_from_nvml
-from horus_airflow.features.graph import flop_counter
+from horus_airflow.features.graph import allocated_bytes, features_of, flop_counter
 from horus_airflow.jobs import JobSpec
 from horus_airflow.predictor import AnalyticPrior
 
@@ -88,7 +89,7 @@ def test_resnet18_features_match_torchvision_and_scale_with_batch() -> None:
     assert small.params == 11_181_642  # torchvision resnet18 with a 10-class head
     assert large.forward_flops == 2 * small.forward_flops
     assert large.train_flops == pytest.approx(3 * large.forward_flops, rel=0.05)
-    assert large.activation_bytes == 2 * small.activation_bytes
+    assert large.activation_bytes == pytest.approx(2 * small.activation_bytes, rel=0.01)  # BN saves per-channel stats too
     assert small.dataset == "cifar10" and small.family == "resnet"
 
 
@@ -98,4 +99,70 @@ def test_prior_is_bounded_and_faster_gpus_are_less_busy() -> None:
     k80, h200 = demand.on("k80"), demand.on("h200")
     assert 0 < h200.util < k80.util <= 100
     assert k80.util <= k80.util_p90 <= 100
-    assert k80.mem_mib == h200.mem_mib > features.param_bytes / 2**20
+    assert h200.mem_mib > k80.mem_mib > features.param_bytes / 2**20  # more SMs, more local memory reserved
+
+
+def _mlp_features(build: object, batch: int = 64, precision: str = "fp32") -> object:
+    data = EnvironmentData("vectors", (64,), 10, host_us_per_sample=0.0)
+    workload = Workload("mlp", "mlp", ("state",), data.name, lambda _d: build())  # type: ignore[arg-type,misc]
+    return features_of(ResolvedWorkload(workload, data), batch, precision)
+
+
+def test_saved_activations_are_counted_once_per_storage_and_frozen_layers_save_nothing() -> None:
+    """Hand counts at batch 64: a linear layer saves its input for its weight gradient; a ReLU saves
+    its output, which the next linear layer saves too (one storage, counted once); cross entropy saves
+    its log-softmax (64 x 10) and its total weight (one float); the batch and the weights are not
+    activations, and a frozen layer saves nothing for a weight gradient it does not need."""
+    hidden, loss = 64 * 128 * 4, 64 * 10 * 4 + 4
+
+    def chain(frozen: bool) -> nn.Module:
+        middle = nn.Linear(128, 128)
+        middle.requires_grad_(not frozen)
+        return nn.Sequential(nn.Linear(64, 128), middle, nn.Linear(128, 10))
+
+    for inplace in (True, False):
+        relu = _mlp_features(lambda: nn.Sequential(nn.Linear(64, 128), nn.ReLU(inplace=inplace), nn.Linear(128, 10)))
+        assert relu.activation_bytes == hidden + loss
+    trained, frozen = _mlp_features(lambda: chain(False)), _mlp_features(lambda: chain(True))
+    assert trained.activation_bytes == 2 * hidden + loss
+    assert frozen.activation_bytes == hidden + loss
+    assert frozen.trainable_params == trained.trainable_params - (128 * 128 + 128)
+    assert trained.peak_step_bytes >= trained.activation_bytes
+    amp = _mlp_features(lambda: chain(False), precision="amp")
+    assert amp.activation_bytes == trained.activation_bytes // 2
+
+
+def test_the_caching_allocator_rounding_is_counted() -> None:
+    assert allocated_bytes(1) == 512 and allocated_bytes(513) == 1024 and allocated_bytes(1 << 20) == 1 << 20
+    assert allocated_bytes((1 << 20) + 1) == 2 << 20 and allocated_bytes(5 << 20) == 6 << 20
+
+
+def test_kernels_and_bytes_are_counted_per_step() -> None:
+    small, large = JobSpec(model="resnet18", batch_size=16).features(), JobSpec(model="resnet18", batch_size=64).features()
+    assert small.kernels == large.kernels > 100  # one per operator, whatever the batch
+    assert large.bytes_other > 3 * small.bytes_other and large.bytes_dense > small.bytes_dense
+    assert large.peak_step_bytes > small.peak_step_bytes >= small.trainable_params * 4  # every gradient exists at the end
+
+
+def test_the_prior_knows_busy_jobs_from_idle_ones_for_physical_reasons() -> None:
+    """Host-bound jobs (an RL agent stepping its environment, a small MLP launching tiny kernels, a
+    recommender of embedding lookups) come out low; large convolutions and transformers high."""
+    prior, v100 = AnalyticPrior(), GPU_SPECS["v100"]
+    low = [JobSpec(model=m, batch_size=b).features() for m, b in (("dqn", 32), ("ncf", 256), ("td3", 100))]
+    high = [JobSpec(model=m, batch_size=b, dataset=d).features() for m, b, d in
+            (("resnet50", 64, "imagenet"), ("bert_base", 16, "squad"), ("vgg16", 32, "cifar10"))]
+    assert all(prior.estimate(f, v100).util < 20 for f in low)
+    assert all(prior.estimate(f, v100).util > 60 for f in high)
+
+
+def test_memory_is_counted_from_its_parts() -> None:
+    """Weights, gradients and two Adam moments of bert_base, plus its counted step, plus the runtime:
+    a bigger batch costs about its activations more; a bigger GPU reserves more local memory."""
+    prior = AnalyticPrior()
+    small, large = JobSpec(model="bert_base", batch_size=8).features(), JobSpec(model="bert_base", batch_size=16).features()
+    a100, h100 = GPU_SPECS["a100-80gb"], GPU_SPECS["h100"]
+    state_mib = small.param_bytes * 3 / 2**20  # weights and two Adam moments (fp32)
+    assert prior.memory_mib(small, a100) > prior.runtime_mib + state_mib + small.peak_step_bytes / 2**20
+    grown = prior.memory_mib(large, a100) - prior.memory_mib(small, a100)
+    assert grown == pytest.approx((large.peak_step_bytes - small.peak_step_bytes) / 2**20, rel=0.05)
+    assert prior.memory_mib(small, h100) - prior.memory_mib(small, a100) == pytest.approx((132 - 108) * 2048 * 1024 / 2**20)

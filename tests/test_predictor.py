@@ -29,7 +29,8 @@ def test_the_seed_data_follows_the_schema_and_its_features_are_current() -> None
     assert data.rejected.empty and len(data.rows) == 57
     row = data.rows[(data.rows["origin"] == "muri") & (data.rows["model"] == "vgg16")].iloc[0]
     current = extract_features("vgg16", 16, "imagenet")
-    assert row["train_flops"] == current.train_flops and row["params"] == current.params
+    for name in ("train_flops", "params", "activation_bytes", "peak_step_bytes", "kernels", "bytes_other"):
+        assert row[name] == getattr(current, name), name
 
 
 def test_bad_rows_are_set_aside_with_reasons_and_good_rows_kept(seed: pd.DataFrame) -> None:
@@ -58,25 +59,44 @@ def test_missing_columns_are_named_with_the_schema(seed: pd.DataFrame, tmp_path:
 
 
 @pytest.mark.integration
-def test_held_out_predictions_never_see_their_own_family(seed: pd.DataFrame) -> None:
-    """Change one family's measurements: its held-out predictions must not move."""
-    before = evaluate(seed).predictions
-    changed = seed.copy()
-    changed.loc[changed["family"] == "resnet", "gpu_util"] = 3.0
-    after = evaluate(changed).predictions
-    resnet = before["family"] == "resnet"
-    assert np.allclose(before.loc[resnet, "model.gpu_util"], after.loc[resnet, "model.gpu_util"])
-    assert not np.allclose(before.loc[~resnet, "model.gpu_util"], after.loc[~resnet, "model.gpu_util"])
+def test_held_out_predictions_never_see_their_own_source_or_family(seed: pd.DataFrame) -> None:
+    """Change one source's (and one family's) measurements: its held-out predictions must not move."""
+    before = evaluate(seed, schemes=("source", "family")).predictions
+    for scheme, column, held in (("source", "origin", "muri"), ("family", "family", "resnet")):
+        changed = seed.copy()
+        changed.loc[changed[column] == held, "gpu_util"] = 3.0
+        after = evaluate(changed, schemes=("source", "family")).predictions
+        rows = (before["scheme"] == scheme) & (before["held_out"] == held)
+        assert np.allclose(before.loc[rows, "model.gpu_util"], after.loc[rows, "model.gpu_util"])
+        assert np.allclose(before.loc[rows, "mean.gpu_util"], after.loc[rows, "mean.gpu_util"])
+        others = (before["scheme"] == scheme) & (before["held_out"] != held)
+        assert not np.allclose(before.loc[others, "model.gpu_util"], after.loc[others, "model.gpu_util"])
 
 
 @pytest.mark.integration
-def test_the_model_beats_the_prior_on_unseen_families(seed: pd.DataFrame) -> None:
+def test_on_an_unseen_source_the_prior_and_the_model_beat_the_mean(seed: pd.DataFrame) -> None:
     evaluation = evaluate(seed)
-    util = evaluation.overall("gpu_util")
-    assert evaluation.folds == seed["family"].nunique()
-    assert util.model.rmsle < util.prior.rmsle and util.model.mae < util.prior.mae
-    assert "| gpu_util | all | 57 |" in evaluation.table()
-    assert evaluation.metrics()["cv.gpu_util.model.rmsle"] == pytest.approx(util.model.rmsle)
+    assert evaluation.schemes == ("source", "gpu", "family")
+    for source in ("alnair", "muri"):
+        split = evaluation.split("source", source, "gpu_util")
+        assert split.prior.mae < split.mean.mae and split.model.mae < split.mean.mae, source
+    pooled = evaluation.pooled("source", "gpu_util")
+    assert "| **source: all** | gpu_util | 57 |" in evaluation.table()
+    assert evaluation.metrics()["heldout.source.gpu_util.model.mae"] == pytest.approx(pooled.model.mae)
+    assert evaluation.metrics()["transfer.gpu_util.worst_mae_ratio"] == pytest.approx(evaluation.worst_ratio())
+    assert evaluation.worst_ratio() < 1
+
+
+def test_a_split_scheme_that_cannot_be_held_out_is_named(seed: pd.DataFrame) -> None:
+    from horus_airflow.cli import SPLIT_SCHEMES
+    from horus_airflow.errors import HorusError
+    from horus_airflow.predictor.evaluation import SCHEMES
+
+    assert SPLIT_SCHEMES == tuple(SCHEMES)
+    with pytest.raises(HorusError, match="unknown split scheme rack; accepted: source, gpu, family"):
+        evaluate(seed, schemes=("rack",))
+    with pytest.raises(HorusError, match="at least two values of a split column"):
+        evaluate(seed[seed["origin"] == "muri"], schemes=("source", "gpu"))
 
 
 @pytest.mark.integration
@@ -91,6 +111,9 @@ def test_predictions_are_bounded_and_p90_is_conservative(seed: pd.DataFrame) -> 
     assert demand.predictor == "horus-gpu-utilization/9"
     assert "prior estimate for gpu_mem_mib" in demand.explained()
     assert demand.on("h100").mem_mib > features.param_bytes * 4 / 2**20  # weights, grads, two Adam moments
+    assert demand.confidence == "low" and any("no measured job on h100" in n and "p100, v100" in n for n in demand.notes)
+    measured = TrainedPredictor(model, "horus-gpu-utilization/9").predict("j", extract_features("resnet18", 32), 1, [GPU_SPECS["v100"]])
+    assert measured.confidence == "normal"
 
 
 @pytest.mark.integration

@@ -178,7 +178,7 @@ def test_predictor_versions_champion_and_predicted_vs_measured(api: TestClient) 
     body = api.get("/api/v1/predictor").json()
     models = {m["name"]: m["versions"] for m in body["models"]}
     [utilization] = models["horus-gpu-utilization"]
-    assert "champion" in utilization["aliases"] and utilization["metrics"]["cv.gpu_util.model.rmsle"] > 0
+    assert "champion" in utilization["aliases"] and utilization["metrics"]["heldout.source.gpu_util.model.rmsle"] > 0
     assert "champion" in models["horus-interference"][0]["aliases"]
     [point] = body["profiling"]["points"]
     assert (point["predicted_util"], point["measured_util"]) == (62.0, 71.0) and point["model"] == "resnet50"

@@ -1,7 +1,9 @@
 """GPU spec table: what the predictor needs to reason about a GPU type it has never measured.
 
 Figures are the vendors' datasheet peaks (dense, no sparsity) for the variant named. K80 is listed per
-GPU die, as CUDA and NVML see it. Memory is what ``nvidia-smi`` reports in MiB.
+GPU die, as CUDA and NVML see it. Memory is what ``nvidia-smi`` reports in MiB. ``max_threads_per_sm``
+is the architecture's limit of resident threads (CUDA C++ Programming Guide, "Compute Capabilities"):
+the driver reserves local memory for that many threads on every SM when it creates a context.
 """
 
 from __future__ import annotations
@@ -20,30 +22,31 @@ class GpuSpec:
     memory_bandwidth_gbs: float
     memory_mib: int
     sm_count: int
+    max_threads_per_sm: int
 
 
 GPU_SPECS: dict[str, GpuSpec] = {
     spec.name: spec
     for spec in (
-        GpuSpec("k80", 4.37, 4.37, 240.0, 11441, 13),
-        GpuSpec("p100", 9.3, 18.7, 732.0, 16280, 56),
-        GpuSpec("p100-12gb", 9.3, 18.7, 549.0, 12198, 56),
-        GpuSpec("v100", 15.7, 125.0, 900.0, 16160, 80),
-        GpuSpec("v100-32gb", 15.7, 125.0, 900.0, 32510, 80),
-        GpuSpec("t4", 8.1, 65.0, 320.0, 15360, 40),
-        GpuSpec("a10", 31.2, 125.0, 600.0, 23028, 72),
-        GpuSpec("a100-40gb", 19.5, 312.0, 1555.0, 40960, 108),
-        GpuSpec("a100-80gb", 19.5, 312.0, 2039.0, 81920, 108),
-        GpuSpec("h100", 67.0, 989.0, 3350.0, 81559, 132),
-        GpuSpec("h100-pcie", 51.0, 756.0, 2000.0, 81559, 114),
-        GpuSpec("h100-nvl", 60.0, 835.0, 3900.0, 95830, 132),
-        GpuSpec("h200", 67.0, 989.0, 4800.0, 143771, 132),
-        GpuSpec("l4", 30.3, 121.0, 300.0, 23034, 58),
-        GpuSpec("l40", 90.5, 181.0, 864.0, 46068, 142),
-        GpuSpec("l40s", 91.6, 362.0, 864.0, 46068, 142),
-        GpuSpec("rtx2080ti", 13.4, 53.8, 616.0, 11264, 68),
-        GpuSpec("rtx3090", 35.6, 71.0, 936.0, 24576, 82),
-        GpuSpec("rtx4090", 82.6, 165.2, 1008.0, 24564, 128),
+        GpuSpec("k80", 4.37, 4.37, 240.0, 11441, 13, 2048),
+        GpuSpec("p100", 9.3, 18.7, 732.0, 16280, 56, 2048),
+        GpuSpec("p100-12gb", 9.3, 18.7, 549.0, 12198, 56, 2048),
+        GpuSpec("v100", 15.7, 125.0, 900.0, 16160, 80, 2048),
+        GpuSpec("v100-32gb", 15.7, 125.0, 900.0, 32510, 80, 2048),
+        GpuSpec("t4", 8.1, 65.0, 320.0, 15360, 40, 1024),
+        GpuSpec("a10", 31.2, 125.0, 600.0, 23028, 72, 1536),
+        GpuSpec("a100-40gb", 19.5, 312.0, 1555.0, 40960, 108, 2048),
+        GpuSpec("a100-80gb", 19.5, 312.0, 2039.0, 81920, 108, 2048),
+        GpuSpec("h100", 67.0, 989.0, 3350.0, 81559, 132, 2048),
+        GpuSpec("h100-pcie", 51.0, 756.0, 2000.0, 81559, 114, 2048),
+        GpuSpec("h100-nvl", 60.0, 835.0, 3900.0, 95830, 132, 2048),
+        GpuSpec("h200", 67.0, 989.0, 4800.0, 143771, 132, 2048),
+        GpuSpec("l4", 30.3, 121.0, 300.0, 23034, 58, 1536),
+        GpuSpec("l40", 90.5, 181.0, 864.0, 46068, 142, 1536),
+        GpuSpec("l40s", 91.6, 362.0, 864.0, 46068, 142, 1536),
+        GpuSpec("rtx2080ti", 13.4, 53.8, 616.0, 11264, 68, 1024),
+        GpuSpec("rtx3090", 35.6, 71.0, 936.0, 24576, 82, 1536),
+        GpuSpec("rtx4090", 82.6, 165.2, 1008.0, 24564, 128, 1536),
     )
 }
 

@@ -2,19 +2,25 @@
 
 FLOPs of matrix products, convolutions and attention are PyTorch's own counts
 (``torch.utils.flop_counter``); normalization and elementwise work, which that counter leaves out,
-is counted from the output sizes of every other operator the step dispatches.
+is counted from the output sizes of every other operator the step dispatches. The same dispatch pass
+counts the kernels a step launches and the bytes each one reads and writes (the step-time model's
+roofline), and follows every tensor from its allocation to its release, rounded as PyTorch's CUDA
+caching allocator rounds it, so the peak of one step is counted rather than guessed. What backward
+keeps is counted with ``torch.autograd.graph.saved_tensors_hooks``, each storage once.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import weakref
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping
 
 import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode, conv_flop_count, flop_registry
 
 from horus_airflow.catalog import ResolvedWorkload, resolve
@@ -50,6 +56,14 @@ class GraphFeatures:
     ``traced`` False means the graph could not be run, so FLOPs and activations are estimated from the
     parameter count and input size (low confidence). ``source`` is ``catalog``, ``module`` (a user's
     ``file.py:factory``) or ``onnx``.
+
+    Memory, at the precision's element size: ``activation_bytes`` is what autograd saves for backward
+    (each storage once, weights and the input batch not included); ``peak_step_bytes`` the most that is
+    alive at once during forward and backward beyond the weights and the batch (saved activations,
+    gradients as they appear, the largest transients), each allocation rounded as the caching allocator
+    rounds it. ``kernels`` is the number of kernels one forward and backward pass launches;
+    ``bytes_dense`` and ``bytes_other`` what those kernels read and write, in matrix products and
+    convolutions, and in everything else (normalizations, activations, reductions, embeddings).
     """
 
     model: str
@@ -72,7 +86,13 @@ class GraphFeatures:
     flops_elementwise: int
     params: int
     param_bytes: int
+    trainable_params: int
     activation_bytes: int
+    peak_step_bytes: int
+    kernels: int
+    bytes_dense: int
+    bytes_other: int
+    param_tensors: int
     input_bytes: int
     input_elements: int
     host_us_per_sample: float
@@ -139,6 +159,8 @@ def features_of(resolved: ResolvedWorkload, batch_size: int, precision: str, sou
         optimizer_state_factor=resolved.optimizer_state_factor,
         params=params,
         param_bytes=params * 4,
+        trainable_params=sum(p.numel() for p in net.parameters() if p.requires_grad),
+        param_tensors=sum(1 for p in net.parameters() if p.requires_grad),
         input_bytes=sum(t.numel() * t.element_size() for t in inputs),
         input_elements=data.sample_elements,
         host_us_per_sample=data.host_us_per_sample,
@@ -149,34 +171,42 @@ def features_of(resolved: ResolvedWorkload, batch_size: int, precision: str, sou
     except Exception as exc:  # a graph the meta device cannot run: data-dependent control flow, .item(), numpy
         log.warning("cannot trace %s on the meta device (%s: %s); estimating from parameters and input",
                     resolved.workload.name, type(exc).__name__, exc)
-        return GraphFeatures(traced=False, **_estimate_untraced(params, batch_size, data.sample_elements, element_bytes), **common)
-    return GraphFeatures(traced=True, activation_bytes=counted.pop("activation_elements") * element_bytes, **counted, **common)
+        return GraphFeatures(traced=False, **_estimate_untraced(params, batch_size, data.sample_elements, element_bytes,
+                                                                 common["param_tensors"]), **common)
+    return GraphFeatures(traced=True, **_at_precision(counted, element_bytes), **common)
+
+
+# What is counted in fp32 and scales with the element size under AMP (autocast keeps activations and
+# their gradients in half precision; the weights, their gradients and the optimizer state stay fp32).
+_SCALED_BYTES = ("activation_bytes", "peak_step_bytes", "bytes_dense", "bytes_other")
+
+
+def _at_precision(counted: dict[str, int], element_bytes: int) -> dict[str, int]:
+    return {k: (v * element_bytes // 4 if k in _SCALED_BYTES else v) for k, v in counted.items()}
 
 
 def _count_step(net: nn.Module, inputs: tuple[torch.Tensor, ...], targets: torch.Tensor, resolved: ResolvedWorkload) -> dict[str, int]:
-    activation_elements = 0
-
-    def count_outputs(_module: nn.Module, _args: object, output: object) -> None:
-        nonlocal activation_elements
-        activation_elements += sum(t.numel() for t in _tensors(output))
-
-    leaves = [m for m in net.modules() if not list(m.children())]
-    handles = [leaf.register_forward_hook(count_outputs) for leaf in leaves]
-    try:
-        with _ElementwiseCounter() as elementwise:
-            with flop_counter() as forward:
+    resident = [*net.parameters(), *net.buffers(), *inputs, targets]
+    saved = _SavedForBackward(resident)
+    with _StepCounter(resident) as step:
+        with flop_counter() as forward:
+            with torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack):
                 output = net(*inputs)
-            with flop_counter() as backward:
-                resolved.loss(output, targets).backward()
-    finally:
-        for handle in handles:
-            handle.remove()
+                loss = resolved.loss(output, targets)
+            del output
+        with flop_counter() as backward:
+            loss.backward()
+        del loss
     return dict(
         forward_flops=forward.get_total_flops(),
         train_flops=forward.get_total_flops() + backward.get_total_flops(),
-        flops_norm=elementwise.norm_elements * _NORM_FLOPS_PER_ELEMENT,
-        flops_elementwise=elementwise.other_elements,
-        activation_elements=activation_elements,
+        flops_norm=step.norm_elements * _NORM_FLOPS_PER_ELEMENT,
+        flops_elementwise=step.other_elements,
+        activation_bytes=saved.bytes,
+        peak_step_bytes=step.peak_bytes,
+        kernels=step.kernels,
+        bytes_dense=step.bytes_dense,
+        bytes_other=step.bytes_other,
         **_flops_by_class(net, forward, backward),
     )
 
@@ -236,38 +266,129 @@ def count_layers(net: nn.Module) -> dict[str, int]:
     return {**counts, "layers": leaves, "depth": sum(counts[f"layers_{k}"] for k in weight_layers)}
 
 
-def _estimate_untraced(params: int, batch_size: int, sample_elements: int, element_bytes: int) -> dict[str, int]:
+def _estimate_untraced(params: int, batch_size: int, sample_elements: int, element_bytes: int,
+                       param_tensors: int) -> dict[str, int]:
     """Without a graph: each weight is used once per sample (2 FLOPs), backward costs twice forward,
-    and activations are taken as one input-sized tensor per square root of the parameter count."""
+    activations are taken as one input-sized tensor per square root of the parameter count, and each
+    weight tensor as one layer of three kernels (forward, input and weight gradient)."""
     forward = 2 * params * batch_size
-    activations = batch_size * sample_elements * max(1, int(math.sqrt(params) / 10))
+    activations = batch_size * sample_elements * max(1, int(math.sqrt(params) / 10)) * element_bytes
     return dict(
         forward_flops=forward, train_flops=3 * forward, flops_conv=0, flops_matmul=3 * forward, flops_attention=0,
-        flops_recurrent=0, flops_norm=0, flops_elementwise=0, activation_bytes=activations * element_bytes,
+        flops_recurrent=0, flops_norm=0, flops_elementwise=0, activation_bytes=activations,
+        peak_step_bytes=activations + params * 4, kernels=3 * max(param_tensors, 1),
+        bytes_dense=3 * (params * 4 + 2 * activations), bytes_other=2 * activations,
     )
 
 
-class _ElementwiseCounter(TorchDispatchMode):
-    """Output elements of every operator the FLOP counter does not cover (views and copies excluded)."""
+_SMALL_ALLOCATION = 1 << 20  # kSmallSize: up to 1 MiB, blocks are multiples of kMinBlockSize (512 B)
+_SMALL_ROUNDING = 512
+_LARGE_ROUNDING = 2 << 20  # kRoundLarge: larger segments are multiples of 2 MiB
 
-    def __init__(self) -> None:
+
+def allocated_bytes(nbytes: int) -> int:
+    """What PyTorch's CUDA caching allocator sets aside for a request of ``nbytes``
+    (``c10/cuda/CUDACachingAllocator.cpp``; docs/PREDICTOR.md cites the constants)."""
+    step = _SMALL_ROUNDING if nbytes <= _SMALL_ALLOCATION else _LARGE_ROUNDING
+    return -(-nbytes // step) * step
+
+
+def _storage_key(tensor: torch.Tensor) -> int:
+    return tensor.untyped_storage()._cdata
+
+
+# Operators that allocate or relabel memory without launching a kernel.
+_NO_KERNEL_OPS = {"aten::empty", "aten::empty_like", "aten::new_empty", "aten::empty_strided", "aten::new_empty_strided",
+                  "aten::detach", "aten::lift_fresh", "aten::_unsafe_view", "aten::alias", "aten::set_"}
+_GATHER_OP_WORDS = ("embedding", "index_select", "gather")  # read the rows they gather, not the whole table
+
+
+class _StepCounter(TorchDispatchMode):
+    """One pass over every operator a training step dispatches.
+
+    - Output elements of what the FLOP counter does not cover (views and copies excluded).
+    - Kernels launched, and the bytes each one reads and writes, split into matrix products and
+      convolutions (``bytes_dense``) and the rest.
+    - Live memory beyond ``resident`` (weights, buffers, the batch): every new storage is added, rounded
+      as the caching allocator rounds it, and taken off when it is freed; the peak is kept.
+    """
+
+    def __init__(self, resident: list[torch.Tensor]) -> None:
         super().__init__()
         self.norm_elements = 0
         self.other_elements = 0
+        self.kernels = 0
+        self.bytes_dense = 0
+        self.bytes_other = 0
+        self.live_bytes = 0
+        self.peak_bytes = 0
+        self._resident = {_storage_key(t) for t in resident}
+        self._live: dict[int, int] = {}
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         out = func(*args, **(kwargs or {}))
+        outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+        for tensor in outputs:
+            self._track(tensor)
         name = func.name()
-        if func.overloadpacket in flop_registry or func.is_view or name in _DATA_MOVEMENT_OPS:
+        if func.is_view or name in _NO_KERNEL_OPS or not outputs:
             return out
-        if not any(isinstance(a, torch.Tensor) for a in args):
+        inputs = [t for t in tree_flatten((args, kwargs or {}))[0] if isinstance(t, torch.Tensor)]
+        written = sum(t.numel() * t.element_size() for t in outputs)
+        if any(word in name for word in _GATHER_OP_WORDS):
+            read = written + sum(t.numel() * t.element_size() for t in inputs if not t.is_floating_point())
+        else:
+            read = sum(t.numel() * t.element_size() for t in inputs)
+        self.kernels += 1
+        if func.overloadpacket in flop_registry:
+            self.bytes_dense += read + written
             return out
-        elements = sum(t.numel() for t in _tensors(out))
+        self.bytes_other += read + written
+        if name in _DATA_MOVEMENT_OPS or not inputs:
+            return out
+        elements = sum(t.numel() for t in outputs)
         if any(word in name for word in _NORM_OP_WORDS):
             self.norm_elements += elements
         else:
             self.other_elements += elements
         return out
+
+    def _track(self, tensor: torch.Tensor) -> None:
+        storage = tensor.untyped_storage()
+        key = storage._cdata
+        if key in self._resident or key in self._live:
+            return
+        size = allocated_bytes(storage.nbytes())
+        self._live[key] = size
+        self.live_bytes += size
+        self.peak_bytes = max(self.peak_bytes, self.live_bytes)
+        weakref.finalize(storage, self._free, key)
+
+    def _free(self, key: int) -> None:
+        self.live_bytes -= self._live.pop(key, 0)
+
+
+class _SavedForBackward:
+    """Bytes autograd keeps for backward, each storage once: a view, or the output of an in-place
+    operator, adds nothing to a storage already kept, and weights and the batch are not activations."""
+
+    def __init__(self, resident: list[torch.Tensor]) -> None:
+        self.bytes = 0
+        self._resident = {_storage_key(t) for t in resident}
+        self._seen: set[int] = set()
+
+    def pack(self, tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        key = storage._cdata
+        if key not in self._resident and key not in self._seen:
+            self._seen.add(key)
+            self.bytes += storage.nbytes()
+            weakref.finalize(storage, self._seen.discard, key)
+        return tensor
+
+    @staticmethod
+    def unpack(tensor: torch.Tensor) -> torch.Tensor:
+        return tensor
 
 
 def flop_counter() -> FlopCounterMode:
@@ -309,11 +430,3 @@ def _convolution_backward_flops(
             weight_term = conv_flop_count(swap(x_shape), swap(grad_out_shape), grad_weight, transposed=False)
         flops += weight_term // groups
     return flops
-
-
-def _tensors(output: object) -> list[torch.Tensor]:
-    if isinstance(output, torch.Tensor):
-        return [output]
-    if isinstance(output, (tuple, list)):
-        return [t for item in output for t in _tensors(item)]
-    return []

@@ -1,6 +1,8 @@
 """The same feature set from an ONNX graph: shapes from ONNX shape inference, FLOPs from each node's
 operator and shapes. ONNX holds the forward pass only, so the training step is taken as three forward
-passes (backward of a product costs two), the usual estimate."""
+passes (backward of a product costs two), the usual estimate, for FLOPs, kernels and bytes moved alike;
+every output of a computing node is taken as saved for backward, and the step's peak as those plus one
+gradient per weight and the largest output as a transient."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ _ACTIVATION_OPS = {"Relu", "LeakyRelu", "PRelu", "Gelu", "Sigmoid", "Tanh", "Sof
                    "HardSigmoid", "Elu", "Selu", "Softplus", "Mish", "Clip"}
 _POOL_OPS = {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LpPool"}
 _RECURRENT_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+_DENSE_OPS = {"Conv", "ConvTranspose", "Gemm", "MatMul", *_RECURRENT_GATES}
 _NO_COMPUTE_OPS = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Shape", "Constant", "Identity",
                    "Concat", "Slice", "Cast", "Split", "Expand", "ConstantOfShape", "Size", "Range", "Gather",
                    "Dropout"}
@@ -68,7 +71,13 @@ def onnx_features(path: str, batch_size: int, dataset: str | None = None, precis
         flops_elementwise=_TRAIN_FACTOR * counts["elementwise"],
         params=params,
         param_bytes=params * 4,
+        trainable_params=params,
+        param_tensors=len(weights),
         activation_bytes=counts["activation_elements"] * element_bytes,
+        peak_step_bytes=(counts["activation_elements"] + counts["largest_output"]) * element_bytes + params * 4,
+        kernels=_TRAIN_FACTOR * counts["layers"],
+        bytes_dense=_TRAIN_FACTOR * counts["dense_elements"] * element_bytes,
+        bytes_other=_TRAIN_FACTOR * counts["other_elements"] * element_bytes,
         input_bytes=input_elements * 4,
         input_elements=input_elements // batch_size,
         host_us_per_sample=data.host_us_per_sample if data else 0.0,
@@ -117,6 +126,7 @@ def _shapes(graph_model: onnx.ModelProto, weights: dict[str, onnx.TensorProto]) 
 def _count_nodes(graph: onnx.GraphProto, shapes: dict[str, tuple[int, ...]], weights: dict[str, onnx.TensorProto]) -> dict[str, int]:
     counts = dict.fromkeys(
         ("conv", "matmul", "attention", "recurrent", "norm", "elementwise", "activation_elements", "unknown_outputs",
+         "largest_output", "dense_elements", "other_elements",
          "layers", "layers_conv", "layers_linear", "layers_attention", "layers_recurrent", "layers_norm",
          "layers_activation", "layers_pool", "layers_embedding", "layers_dropout"), 0)
     for node in graph.node:
@@ -134,6 +144,9 @@ def _count_nodes(graph: onnx.GraphProto, shapes: dict[str, tuple[int, ...]], wei
             continue
         counts["layers"] += 1
         counts["activation_elements"] += out_elements
+        counts["largest_output"] = max(counts["largest_output"], out_elements)
+        moved = out_elements + sum(math.prod(shapes.get(i, ())) for i in node.input if i and i in shapes)
+        counts["dense_elements" if op in _DENSE_OPS else "other_elements"] += moved
         if op in ("Conv", "ConvTranspose"):
             counts["conv"] += _conv_flops(node, shapes)
             counts["layers_conv"] += 1

@@ -65,10 +65,15 @@ class Demand:
             ) from None
 
 
-def judge_confidence(per_type: Mapping[str, GpuDemand], traced: bool, batch_size: int) -> tuple[str, tuple[str, ...]]:
+def judge_confidence(per_type: Mapping[str, GpuDemand], traced: bool, batch_size: int,
+                     unmeasured_types: tuple[str, ...] = (), measured_types: tuple[str, ...] = ()) -> tuple[str, tuple[str, ...]]:
     """``low``, with the reasons, for a prediction outside what any model here has seen: a graph that
-    could not be traced, a batch beyond every measurement, memory above every GPU it was asked about."""
+    could not be traced, a batch beyond every measurement, memory above every GPU it was asked about,
+    a GPU type the trained model has no measured row of (its correction is carried over from others)."""
     reasons = []
+    if unmeasured_types:
+        reasons.append(f"no measured job on {', '.join(unmeasured_types)} (the model was fitted on "
+                       f"{', '.join(measured_types) or 'no GPU type'}): its correction there is carried over")
     if not traced:
         reasons.append("graph not traced: estimated from parameters and input size")
     if batch_size > UNMEASURED_BATCH:

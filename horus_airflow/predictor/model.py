@@ -25,16 +25,31 @@ from horus_airflow.predictor.prior import AnalyticPrior
 
 INPUT_KINDS = ("image", "text", "translation", "interactions", "points", "frames", "state", "tensor")
 _LOG_FEATURES = ("train_flops", "flops_conv", "flops_matmul", "flops_attention", "flops_recurrent", "flops_norm",
-                 "flops_elementwise", "params", "activation_bytes", "input_bytes", "batch_size", "host_us_per_sample")
+                 "flops_elementwise", "params", "activation_bytes", "peak_step_bytes", "kernels", "bytes_dense",
+                 "bytes_other", "input_bytes", "batch_size", "host_us_per_sample")
 _SHARES = ("flops_conv", "flops_matmul", "flops_attention", "flops_recurrent")
+_LAYER_COUNTS = ("layers", "depth", "layers_conv", "layers_linear", "layers_attention", "layers_recurrent", "layers_norm",
+                 "layers_activation", "layers_pool", "layers_embedding", "layers_dropout")
 DESIGN_COLUMNS = (
     *(f"log_{name}" for name in _LOG_FEATURES),
+    "log_flops_per_sample", "log_bytes_per_flop",
     *(f"share_{name}" for name in _SHARES),
-    "precision_bytes", "optimizer_state_factor", "depth", "layers", "traced",
+    *_LAYER_COUNTS,
+    "precision_bytes", "optimizer_state_factor", "traced",
     "gpu_log_fp32_tflops", "gpu_log_fp16_tflops", "gpu_bandwidth_gbs", "gpu_memory_mib", "gpu_sm_count",
-    "prior_util", "prior_log_gpu_s", "prior_log_host_s", "prior_log_mem_mib",
+    "prior_util", "prior_log_gpu_s", "prior_log_host_s", "prior_log_step_s", "prior_log_mem_mib", "prior_sm_share",
+    "prior_bandwidth_share",
     "input_kind",
 )
+# Where physics fixes the sign of an effect, the correction may not reverse it: at a fixed host cost,
+# more work per sample or a busier prior never lowers utilization, more host work never raises it; a
+# larger counted peak or prior estimate never lowers memory.
+_MONOTONE = {
+    "gpu_util": {"log_flops_per_sample": 1, "prior_util": 1, "prior_log_gpu_s": 1, "log_host_us_per_sample": -1,
+                 "prior_log_host_s": -1},
+    "gpu_mem_mib": {"log_peak_step_bytes": 1, "log_activation_bytes": 1, "log_params": 1, "prior_log_mem_mib": 1},
+}
+_MONOTONE["gpu_util_p90"] = {}  # LightGBM's quantile objective takes no monotone constraints; p90 >= mean holds it
 MIN_ROWS_PER_TARGET = 8
 
 
@@ -45,19 +60,20 @@ class Hyperparameters:
     n_estimators: int = 100
     learning_rate: float = 0.05
     num_leaves: int = 4
-    min_child_samples: int = 5
+    min_child_samples: int = 10
     subsample: float = 0.8
     colsample_bytree: float = 0.8
     p90_alpha: float = 0.9
     seed: int = 7
 
-    def regressor(self, objective: str) -> lgb.LGBMRegressor:
+    def regressor(self, objective: str, monotone: list[int]) -> lgb.LGBMRegressor:
         extra = {"alpha": self.p90_alpha} if objective == "quantile" else {}
         return lgb.LGBMRegressor(
             objective=objective, n_estimators=self.n_estimators, learning_rate=self.learning_rate,
             num_leaves=self.num_leaves, min_child_samples=self.min_child_samples, subsample=self.subsample,
             subsample_freq=1, colsample_bytree=self.colsample_bytree, random_state=self.seed,
-            min_data_in_bin=1, verbose=-1, deterministic=True, force_col_wise=True, **extra,
+            min_data_in_bin=1, verbose=-1, deterministic=True, force_col_wise=True,
+            **({"monotone_constraints": monotone, "monotone_constraints_method": "advanced"} if any(monotone) else {}), **extra,
         )
 
 
@@ -66,11 +82,15 @@ def design_row(features: GraphFeatures, spec: GpuSpec, prior: AnalyticPrior) -> 
     train = max(features.train_flops, 1)
     return [
         *(math.log10(1.0 + float(getattr(features, name))) for name in _LOG_FEATURES),
+        math.log10(1.0 + train / features.batch_size),
+        math.log10((1.0 + features.bytes_dense + features.bytes_other) / train),
         *(getattr(features, name) / train for name in _SHARES),
-        features.precision_bytes, features.optimizer_state_factor, features.depth, features.layers, float(features.traced),
+        *(float(getattr(features, name)) for name in _LAYER_COUNTS),
+        features.precision_bytes, features.optimizer_state_factor, float(features.traced),
         math.log10(spec.fp32_tflops), math.log10(spec.fp16_tensor_tflops), spec.memory_bandwidth_gbs, spec.memory_mib,
         spec.sm_count,
-        estimate.util, math.log10(estimate.gpu_s), math.log10(max(estimate.host_s, 1e-9)), math.log10(estimate.mem_mib),
+        estimate.util, math.log10(estimate.gpu_s), math.log10(max(estimate.host_s, 1e-9)), math.log10(estimate.step_s),
+        math.log10(estimate.mem_mib), estimate.sm_share, estimate.bandwidth_share,
         float(INPUT_KINDS.index(features.input_kind)) if features.input_kind in INPUT_KINDS else float(len(INPUT_KINDS)),
     ]
 
@@ -100,10 +120,12 @@ class UtilizationModel:
     prior: AnalyticPrior = field(default_factory=AnalyticPrior)
     regressors: dict[str, lgb.LGBMRegressor] = field(default_factory=dict)
     trained_rows: dict[str, int] = field(default_factory=dict)
+    gpu_types: tuple[str, ...] = ()  # the GPU types of the rows it was fitted on
 
     def fit(self, rows: pd.DataFrame) -> UtilizationModel:
         design = design_matrix(rows, self.prior)
         self.regressors, self.trained_rows = {}, {}
+        self.gpu_types = tuple(sorted(rows["gpu_type"].astype(str).unique()))
         for target in TARGETS:
             known = rows[target].notna().to_numpy()
             if known.sum() < MIN_ROWS_PER_TARGET:
@@ -111,7 +133,8 @@ class UtilizationModel:
             measured = rows.loc[known, target].to_numpy(dtype=float)
             correction = np.log1p(measured) - _prior_log(design[known].to_numpy(), target, self.prior)
             objective = "quantile" if target == "gpu_util_p90" else "regression"
-            regressor = self.hyperparameters.regressor(objective)
+            monotone = [_MONOTONE[target].get(column, 0) for column in DESIGN_COLUMNS]
+            regressor = self.hyperparameters.regressor(objective, monotone)
             regressor.fit(design[known], correction, categorical_feature=["input_kind"])
             self.regressors[target] = regressor
             self.trained_rows[target] = int(known.sum())
@@ -155,6 +178,8 @@ class TrainedPredictor:
         untrained = [t for t in TARGETS if t not in self.model.regressors]
         notes = (*self.notes, *((f"prior estimate for {', '.join(untrained)}",) if untrained else ()))
         per_type = {spec.name: self.model.predict_one(features, spec) for spec in specs}
-        confidence, reasons = judge_confidence(per_type, features.traced, features.batch_size)
+        unmeasured = tuple(spec.name for spec in specs if spec.name not in self.model.gpu_types)
+        confidence, reasons = judge_confidence(per_type, features.traced, features.batch_size, unmeasured,
+                                               self.model.gpu_types)
         return Demand(job_id=job_id, gpus=gpus, per_type=per_type, predictor=self.name, confidence=confidence,
                       notes=(*notes, *reasons))

@@ -21,9 +21,10 @@ import mlflow
 import pandas as pd
 from mlflow.models import infer_signature
 
+from horus_airflow.errors import HorusError
 from horus_airflow.predictor import AnalyticPrior
 from horus_airflow.predictor.dataset import TARGETS, ValidatedData
-from horus_airflow.predictor.evaluation import Evaluation, evaluate
+from horus_airflow.predictor.evaluation import SCHEMES, Evaluation, evaluate
 from horus_airflow.predictor.model import (
     DESIGN_COLUMNS,
     Hyperparameters,
@@ -71,14 +72,14 @@ def train_predictor(
     data: ValidatedData,
     source: str,
     hyperparameters: Hyperparameters | None = None,
-    folds: int = 0,
+    schemes: tuple[str, ...] = tuple(SCHEMES),
     register: bool = True,
 ) -> TrainingOutcome:
-    """Evaluate by held-out family, fit on every row, log the run and (optionally) register the model
+    """Evaluate on held-out sources, GPU types and families, fit on every row, log the run and (optionally) register the model
     as ``challenger``, and as ``champion`` too when there is none yet. Fails before logging anything if
     the data cannot be evaluated; a run that breaks half-way is closed FAILED and nothing is registered."""
     hyper = hyperparameters or Hyperparameters()
-    evaluation = evaluate(data.rows, hyper, folds)
+    evaluation = evaluate(data.rows, hyper, schemes)
     model = UtilizationModel(hyper).fit(data.rows)
     tags = {Tag.RUN_KIND: "predictor-training", Tag.DATA_SOURCE: source}
     with logged_run(settings, Experiment.PREDICTOR_TRAINING, "train-predictor", tags) as run_id:
@@ -107,14 +108,28 @@ def load_predictor(settings: Settings) -> Predictor:
     if isinstance(found, versions.NoChampion):
         log.info("using the analytic prior: %s", found.reason)
         return AnalyticPrior(notes=(f"analytic prior: {found.reason}",))
-    return TrainedPredictor(found.load(_model_from_artifacts), found.label, notes=found.notes)
+    try:
+        return TrainedPredictor(found.load(_model_from_artifacts), found.label, notes=found.notes)
+    except IncompatibleModelError as exc:
+        log.warning("using the analytic prior: %s", exc)
+        return AnalyticPrior(notes=(f"analytic prior: {exc}",))
+
+
+class IncompatibleModelError(HorusError):
+    """A registered version whose design columns are not this release's (trained by an older one)."""
 
 
 def _model_from_artifacts(artifacts: dict[str, Path]) -> UtilizationModel:
     meta = json.loads(artifacts[_META_FILE].read_text())
+    if meta.get("design_columns") != list(DESIGN_COLUMNS):
+        raise IncompatibleModelError(
+            f"the {CHAMPION} of {PREDICTOR_MODEL} was trained on another feature set than this release computes; "
+            "train a new version (horus predictor train, or the retraining DAG) and promote it"
+        )
     model = UtilizationModel(Hyperparameters(**meta["hyperparameters"]), AnalyticPrior(**meta["prior"]))
     model.regressors = {t: mlflow.lightgbm.load_model(str(artifacts[t])) for t in meta["trained_rows"]}
     model.trained_rows = meta["trained_rows"]
+    model.gpu_types = tuple(meta["gpu_types"])
     return model
 
 
@@ -126,10 +141,10 @@ def _log_training(data: ValidatedData, source: str, hyper: Hyperparameters, eval
         "data.source": source,
         "data.rows": len(rows),
         "data.rejected_rows": len(data.rejected),
-        "data.families": ",".join(evaluation.families)[:500],
+        "data.families": ",".join(sorted(rows["family"].astype(str).unique()))[:500],
         "data.origins": ",".join(sorted(rows["origin"].astype(str).unique()))[:500],
         "data.gpu_types": ",".join(sorted(rows["gpu_type"].astype(str).unique())),
-        "cv.folds": evaluation.folds,
+        "heldout.schemes": ",".join(evaluation.schemes),
         **{f"trained_rows.{t}": model.trained_rows.get(t, 0) for t in TARGETS},
     })
     mlflow.log_metrics(evaluation.metrics())
@@ -151,7 +166,8 @@ def _log_model(model: UtilizationModel, data: ValidatedData) -> Any:
                                        pip_requirements=[f"lightgbm=={lightgbm.__version__}"])
             artifacts[target] = str(path)
         meta = {"hyperparameters": asdict(model.hyperparameters), "prior": {k: v for k, v in asdict(model.prior).items() if k != "notes"},
-                "trained_rows": model.trained_rows}
+                "trained_rows": model.trained_rows, "gpu_types": list(model.gpu_types),
+                "design_columns": list(DESIGN_COLUMNS)}
         (Path(tmp) / _META_FILE).write_text(json.dumps(meta, indent=2))
         artifacts[_META_FILE] = str(Path(tmp) / _META_FILE)
         return mlflow.pyfunc.log_model(

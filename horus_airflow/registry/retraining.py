@@ -56,6 +56,11 @@ log = logging.getLogger(__name__)
 
 
 
+# The challenger's own transfer score: its largest utilization MAE over the mean predictor's on any one
+# held-out source or GPU type of its training evaluation (predictor.evaluation.Evaluation.worst_ratio).
+TRANSFER_METRIC = "transfer_gpu_util_worst_mae_ratio"
+
+
 class PromotionPolicyError(HorusError, ValueError):
     """A promotion policy file that cannot be used."""
 
@@ -332,17 +337,22 @@ def interference_metrics(model: LearnedInterference, pairs: pd.DataFrame) -> dic
 
 def judge(model: str, policy: ModelPolicy, challenger: dict[str, float], champion: dict[str, float], heldout_rows: int) -> tuple[bool, str]:
     """The policy's verdict through ``mlflow.validate_evaluation_results``; too little held-out data
-    never promotes."""
+    never promotes. A threshold without a min change is the challenger's alone (its transfer score);
+    the others compare it with the champion on the same held-out rows."""
     if heldout_rows < policy.min_heldout_rows:
         return False, f"only {heldout_rows} held-out rows, the policy needs {policy.min_heldout_rows}"
-    thresholds = {k: t for k, t in policy.thresholds.items() if k in challenger and k in champion}
-    if not thresholds:
+    absolute = {k: t for k, t in policy.thresholds.items()
+                if k in challenger and t.min_absolute_change is None and t.min_relative_change is None}
+    relative = {k: t for k, t in policy.thresholds.items() if k in challenger and k in champion and k not in absolute}
+    if not relative:
         return False, f"no metric of the policy ({', '.join(policy.thresholds)}) could be measured on the held-out rows"
     try:
-        mlflow.validate_evaluation_results(thresholds, EvaluationResult(challenger, {}), EvaluationResult(champion, {}))
+        if absolute:
+            mlflow.validate_evaluation_results(absolute, EvaluationResult(challenger, {}), None)
+        mlflow.validate_evaluation_results(relative, EvaluationResult(challenger, {}), EvaluationResult(champion, {}))
     except MlflowException as exc:
         return False, str(exc.message if hasattr(exc, "message") else exc).replace("\n", " ")
-    return True, f"passes {', '.join(sorted(thresholds))} against {model}'s champion"
+    return True, f"passes {', '.join(sorted({*absolute, *relative}))} against {model}'s champion"
 
 
 def compare_predictor(settings: Settings, data: ValidatedData, policy: ModelPolicy, source: str) -> Comparison:
@@ -357,6 +367,9 @@ def compare_predictor(settings: Settings, data: ValidatedData, policy: ModelPoli
     champion_model = champion.model if isinstance(champion, TrainedPredictor) else UtilizationModel(prior=champion)
     outcome = train_predictor(settings, ValidatedData(rows[~is_held], data.rejected), source, register=True)
     challenger_scores = predictor_metrics(outcome.model, heldout) if len(heldout) else {}
+    transfer = outcome.evaluation.worst_ratio()
+    if not math.isnan(transfer):
+        challenger_scores[TRANSFER_METRIC] = transfer
     champion_scores = predictor_metrics(champion_model, heldout) if len(heldout) else {}
     passed, reason = judge(PREDICTOR_MODEL, policy, challenger_scores, champion_scores, len(heldout))
     return Comparison(PREDICTOR_MODEL, outcome.version, champion_label, len(heldout), tuple(sorted(held)),

@@ -222,7 +222,7 @@ function explanation(d) {
 }
 
 // --- predictor -----------------------------------------------------------------------------------
-const PRIMARY = { "horus-gpu-utilization": "cv.gpu_util.model.rmsle", "horus-interference": "heldout.job_type.learned.mae" };
+const PRIMARY = { "horus-gpu-utilization": "heldout.source.gpu_util.model.mae", "horus-interference": "heldout.job_type.learned.mae" };
 
 async function predictor() {
   main.innerHTML = '<div id="models"></div><h2>Predicted vs measured GPU utilization, latest profiling runs</h2><div id="scatter"></div>';
