@@ -164,3 +164,16 @@ def test_a_memoized_model_answers_as_the_model_and_asks_it_once_per_mix() -> Non
     assert memo.predict([a, b], gpu) == model.predict([a, b], gpu) and calls == [3, 4]
     memo.predict_many([[c], [a, c]], gpu)  # over the limit: the memo starts afresh instead of growing
     assert len(memo.memo) == 2 and memo.name == model.name
+
+
+def test_a_job_never_speeds_up_when_its_partner_asks_more_of_the_gpu(learned: LearnedInterference) -> None:
+    """The speed model is monotone in the partner's demand: utilization, SM share and bandwidth share."""
+    from horus_airflow.interference.base import demand_shares
+
+    a = runner("resnet50", 32, "imagenet", 70.0, 6000.0)
+    for gpu in ("k80", "v100", "a100-80gb"):  # a100: a GPU no pair was measured on
+        speeds = [learned.predict([a, runner("lstm_lm", 20, "wikitext2", util, 3000.0)], GPU_SPECS[gpu]).speeds[0]
+                  for util in (10.0, 30.0, 50.0, 70.0, 90.0)]
+        assert all(later <= earlier + 1e-9 for earlier, later in zip(speeds, speeds[1:])), (gpu, speeds)
+    sm, bandwidth = demand_shares(80.0, a.signature, GPU_SPECS["v100"])
+    assert sm + bandwidth == pytest.approx(0.8) and 0 < sm < 0.8

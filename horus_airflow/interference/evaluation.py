@@ -1,6 +1,7 @@
 """Evaluation on what neither model has seen: leave one job type out (train without any pair that
 involves it, test on every pair that does) and leave one GPU type out (train on two, test on the third).
-Both models are fitted on the same training split and scored on the same held-out pairs."""
+Both models, and the constant baseline (the training pairs' mean speed), are fitted on the same
+training split and scored on the same held-out pairs."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ class SplitScores:
     scheme: str  # "job type" or "GPU type"
     held_out: str  # the held-out value, or "all" for the pooled scores of the scheme
     pairs: int
+    constant_mae: float
     proxy_mae: float
     learned_mae: float
     proxy_spearman: float
@@ -61,6 +63,7 @@ def _predict(train: pd.DataFrame, test: pd.DataFrame) -> pd.DataFrame:
     speed, fits = learned.predict_pairs(design_matrix(test))
     out = test[["gpu_type", "family_a", "family_b", "speed_a", "fits"]].reset_index(drop=True)
     out["learned_speed"], out["learned_fits"] = speed, fits
+    out["constant_speed"] = float(train.loc[ran, "speed_a"].mean())
     out["proxy_speed"] = proxy.speed_at((test["util_a"] + test["util_b"]).to_numpy(dtype=float))
     memory = test["gpu_type"].map(lambda name: gpu_spec(name).memory_mib).to_numpy(dtype=float)
     out["proxy_fits"] = (test["mem_a"] + test["mem_b"]).to_numpy(dtype=float) <= memory
@@ -77,7 +80,7 @@ def _score(scheme: str, held_out: str, predicted: pd.DataFrame) -> SplitScores:
         return float(spearmanr(truth, values).statistic)
 
     return SplitScores(
-        scheme, held_out, len(predicted),
+        scheme, held_out, len(predicted), float(np.abs(ran["constant_speed"] - truth).mean()),
         float(np.abs(ran["proxy_speed"] - truth).mean()), float(np.abs(ran["learned_speed"] - truth).mean()),
         spearman(ran["proxy_speed"].to_numpy()), spearman(ran["learned_speed"].to_numpy()),
         float((predicted["proxy_fits"] == predicted["fits"]).mean()),
@@ -87,13 +90,15 @@ def _score(scheme: str, held_out: str, predicted: pd.DataFrame) -> SplitScores:
 
 def scores_table(scores: list[SplitScores]) -> str:
     lines = [
-        "| held out | pairs | MAE proxy | MAE learned | Spearman proxy | Spearman learned | fit accuracy proxy | fit accuracy learned |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| held out | pairs | MAE constant | MAE proxy | MAE learned | learned/constant | Spearman proxy | Spearman learned | "
+        "fit accuracy proxy | fit accuracy learned |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for s in scores:
         label = f"**{s.scheme}: all (pooled)**" if s.held_out == "all" else f"{s.scheme}: {s.held_out}"
         lines.append(
-            f"| {label} | {s.pairs} | {s.proxy_mae:.3f} | {s.learned_mae:.3f} | {s.proxy_spearman:.2f} | "
+            f"| {label} | {s.pairs} | {s.constant_mae:.3f} | {s.proxy_mae:.3f} | {s.learned_mae:.3f} | "
+            f"{s.learned_mae / s.constant_mae:.2f} | {s.proxy_spearman:.2f} | "
             f"{s.learned_spearman:.2f} | {s.proxy_fit_accuracy:.2f} | {s.learned_fit_accuracy:.2f} |"
         )
     return "\n".join(lines) + "\n"

@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 
 from horus_airflow.features.gpus import GpuSpec
-from horus_airflow.interference.base import SIGNATURE_FIELDS, CoRunner, Interference
-from horus_airflow.interference.pairs import design_matrix, gpu_columns
+from horus_airflow.interference.base import SIGNATURE_FIELDS, CoRunner, Interference, demand_shares
+from horus_airflow.interference.pairs import DESIGN_COLUMNS, MONOTONE_DECREASING, design_matrix, gpu_columns
 from horus_airflow.interference.proxy import SummedUtilization
 
 _LGB = dict(n_estimators=150, learning_rate=0.05, num_leaves=7, min_child_samples=20, subsample=0.8, subsample_freq=1,
@@ -35,7 +35,9 @@ class LearnedInterference:
     def fit(self, pairs: pd.DataFrame) -> LearnedInterference:
         design = design_matrix(pairs)
         ran = pairs["fits"].to_numpy(dtype=bool)
-        self.speed_model = lgb.LGBMRegressor(objective="regression", **_LGB)
+        monotone = [-1 if column in MONOTONE_DECREASING else 0 for column in DESIGN_COLUMNS]
+        self.speed_model = lgb.LGBMRegressor(objective="regression", monotone_constraints=monotone,
+                                             monotone_constraints_method="advanced", **_LGB)
         self.speed_model.fit(design[ran], pairs.loc[ran, "speed_a"].to_numpy(dtype=float))
         self.fit_model = lgb.LGBMClassifier(**_LGB)
         self.fit_model.fit(design, ran.astype(int))
@@ -65,7 +67,7 @@ class LearnedInterference:
                 for i, a in enumerate(jobs):
                     for k, b in enumerate(jobs):
                         if i != k:
-                            rows.append(_pair_row(a, b, gpu.memory_mib, spec))
+                            rows.append(_pair_row(a, b, gpu, spec))
                             owners.append((g, i))
         speed, fits = self.predict_pairs(np.array(rows)) if rows else (np.zeros(0), np.zeros(0, dtype=bool))
         extra_time = [np.zeros(len(jobs)) for jobs in groups]
@@ -83,7 +85,9 @@ class LearnedInterference:
         return out
 
 
-def _pair_row(a: CoRunner, b: CoRunner, memory_mib: float, spec: list[float]) -> list[float]:
-    mem_a, mem_b = a.mem_mib / memory_mib, b.mem_mib / memory_mib
+def _pair_row(a: CoRunner, b: CoRunner, gpu: GpuSpec, spec: list[float]) -> list[float]:
+    mem_a, mem_b = a.mem_mib / gpu.memory_mib, b.mem_mib / gpu.memory_mib
+    sm_a, bandwidth_a = demand_shares(a.util, a.signature, gpu)
+    sm_b, bandwidth_b = demand_shares(b.util, b.signature, gpu)
     return [*a.signature, *b.signature, a.util, a.util_p90, mem_a, b.util, b.util_p90, mem_b, a.util + b.util,
-            mem_a + mem_b, *spec]
+            mem_a + mem_b, sm_a, bandwidth_a, sm_b, bandwidth_b, sm_a + sm_b, bandwidth_a + bandwidth_b, *spec]

@@ -11,7 +11,7 @@ import pandas as pd
 
 from horus_airflow.errors import HorusError
 from horus_airflow.features.gpus import GpuSpec, gpu_spec
-from horus_airflow.interference.base import SIGNATURE_FIELDS
+from horus_airflow.interference.base import SIGNATURE_FIELDS, demand_shares
 
 JOB_COLUMNS = ("util", "util_p90", "mem")
 PAIR_COLUMNS = (
@@ -19,9 +19,12 @@ PAIR_COLUMNS = (
     *(f"{c}_{side}" for side in "ab" for c in JOB_COLUMNS),
     *(f"{side}.{f}" for side in "ab" for f in SIGNATURE_FIELDS),
 )
+# A's speed never rises when its partner, or the pair together, asks more of the GPU.
+MONOTONE_DECREASING = ("util_b", "util_p90_b", "summed_util", "sm_b", "bandwidth_b", "summed_sm", "summed_bandwidth")
 DESIGN_COLUMNS = (
     *(f"a.{f}" for f in SIGNATURE_FIELDS), *(f"b.{f}" for f in SIGNATURE_FIELDS),
     "util_a", "util_p90_a", "mem_frac_a", "util_b", "util_p90_b", "mem_frac_b", "summed_util", "summed_mem_frac",
+    "sm_a", "bandwidth_a", "sm_b", "bandwidth_b", "summed_sm", "summed_bandwidth",
     "gpu_log_fp32_tflops", "gpu_log_fp16_tflops", "gpu_bandwidth_gbs", "gpu_memory_mib", "gpu_sm_count",
 )
 
@@ -50,7 +53,12 @@ def design_matrix(pairs: pd.DataFrame) -> np.ndarray:
     signatures = pairs[[f"{side}.{f}" for side in "ab" for f in SIGNATURE_FIELDS]].to_numpy(dtype=float)
     mem_a, mem_b = pairs["mem_a"].to_numpy(dtype=float) / memory, pairs["mem_b"].to_numpy(dtype=float) / memory
     util_a, util_b = pairs["util_a"].to_numpy(dtype=float), pairs["util_b"].to_numpy(dtype=float)
+    width = len(SIGNATURE_FIELDS)
+    shares = np.array([
+        [*demand_shares(ua, tuple(sig[:width]), gpu_spec(g)), *demand_shares(ub, tuple(sig[width:]), gpu_spec(g))]
+        for ua, ub, sig, g in zip(util_a, util_b, signatures, pairs["gpu_type"])
+    ]).reshape(-1, 4)
     demand = np.column_stack([util_a, pairs["util_p90_a"], mem_a, util_b, pairs["util_p90_b"], mem_b,
-                              util_a + util_b, mem_a + mem_b])
+                              util_a + util_b, mem_a + mem_b, shares, shares[:, 0] + shares[:, 2], shares[:, 1] + shares[:, 3]])
     gpu = np.array([specs[g] for g in pairs["gpu_type"]])
     return np.column_stack([signatures, demand, gpu]).astype(float)
