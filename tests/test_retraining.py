@@ -214,7 +214,7 @@ def test_bootstrap_seeds_both_models_once_with_their_cards(horus_home: Path) -> 
     assert [s.trained for s in again] == [False, False]
     registered = client(settings).get_registered_model("horus-gpu-utilization")
     assert registered.description.startswith("# horus-gpu-utilization — model card")
-    assert "held-out-family utilization RMSLE" in client(settings).get_model_version("horus-gpu-utilization", "1").description
+    assert "held-out-source utilization MAE" in client(settings).get_model_version("horus-gpu-utilization", "1").description
 
 
 @pytest.mark.integration

@@ -48,10 +48,10 @@ def _predictor(settings: Settings, seed_data: Path) -> BootstrapStep:
     if existing is not None:
         return BootstrapStep(PREDICTOR_MODEL, existing, False, f"{PREDICTOR_MODEL} version {existing} is champion")
     outcome = train_predictor(settings, read_training_data(seed_data), str(seed_data))
-    util = outcome.evaluation.overall("gpu_util")
+    util = outcome.evaluation.pooled("source", "gpu_util")
     message = (f"trained on {seed_data.name} and registered {PREDICTOR_MODEL} version {outcome.version} as "
-               f"{', '.join(outcome.aliases)}; held-out-family utilization RMSLE {util.model.rmsle:.3f} "
-               f"(analytic prior {util.prior.rmsle:.3f}), MLflow run {outcome.run_id}")
+               f"{', '.join(outcome.aliases)}; held-out-source utilization MAE {util.model.mae:.1f} points "
+               f"(analytic prior {util.prior.mae:.1f}, mean {util.mean.mae:.1f}), MLflow run {outcome.run_id}")
     _describe_version(settings, PREDICTOR_MODEL, outcome.version, f"Seed version: {message}.")
     return BootstrapStep(PREDICTOR_MODEL, outcome.version, True, message)
 
