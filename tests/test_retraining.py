@@ -153,6 +153,18 @@ def test_a_policy_file_that_does_not_work_says_what_it_needs(tmp_path: Path) -> 
         R.PromotionPolicy.load(bad)
 
 
+def test_a_challenger_that_transfers_worse_than_the_mean_is_not_promoted() -> None:
+    """The transfer gate is the challenger's alone: better than the champion on the held-out rows is
+    not enough when, on some source or GPU type it was not fitted on, it knows less than the mean."""
+    policy = R.PromotionPolicy.load(POLICY).predictor
+    better = {"gpu_util_rmsle": 0.3, "gpu_util_p90_rmsle": 0.3}
+    champion = {"gpu_util_rmsle": 0.6, "gpu_util_p90_rmsle": 0.6}
+    passed, _ = R.judge("m", policy, {**better, R.TRANSFER_METRIC: 0.7}, champion, 20)
+    assert passed
+    passed, reason = R.judge("m", policy, {**better, R.TRANSFER_METRIC: 1.3}, champion, 20)
+    assert not passed and R.TRANSFER_METRIC in reason
+
+
 @pytest.mark.airflow
 def test_the_retraining_dag_promotes_skips_when_nothing_is_new_and_fails_safely(
     airflow_db: Path, horus_home: Path, tmp_path: Path
