@@ -62,7 +62,7 @@ def test_train_then_predict_with_the_registered_champion(tmp_path: Path) -> None
     trained = subprocess.run([HORUS, "predictor", "train", "--data", str(seed)], capture_output=True, text=True,
                              timeout=300, env=env)
     assert trained.returncode == 0, trained.stderr[-3000:]
-    assert "| gpu_util | all | 57 |" in trained.stdout
+    assert "| **source: all** | gpu_util | 57 |" in trained.stdout
     assert "registered horus-gpu-utilization version 1 as challenger, champion" in trained.stdout
     user_file = tmp_path / "net.py"
     user_file.write_text("from torch import nn\n\ndef make():\n    return nn.Sequential(nn.Flatten(), nn.Linear(3072, 10))\n")

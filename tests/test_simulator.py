@@ -71,7 +71,7 @@ def test_sharing_runs_each_job_at_its_measured_speed(tmp_path: Path, isolated: p
 @pytest.mark.integration
 def test_a_pair_that_could_not_run_together_crashes_and_restarts(tmp_path: Path, isolated: pd.DataFrame, models) -> None:  # type: ignore[no-untyped-def]
     truth, policy = models
-    jobs = [("ResNet-50 (batch size 64)", 0, 0, 1), ("Transformer (batch size 256)", 0, 10, 1)]
+    jobs = [("Transformer (batch size 256)", 0, 0, 1), ("Transformer (batch size 32)", 0, 10, 1)]
     rates = isolated[isolated["gpu_type"] == "v100"].set_index(["job_type", "scale_factor"])["steps_per_s"]
     path = tmp_path / "oom.trace"
     path.write_text("".join(f"{job}\tcmd\t-n\t0\t{rates[(job, 1)] * 3600:.4f}\t{arrival}\t{gpus}\n" for job, _, arrival, gpus in jobs))
@@ -165,7 +165,7 @@ def test_comparison_table_has_ratios_against_exclusive(tmp_path: Path, isolated:
 @pytest.mark.integration
 def test_a_crash_is_not_repeated_where_the_profile_keeps_crashed_pairs_apart(tmp_path: Path, isolated: pd.DataFrame, models) -> None:  # type: ignore[no-untyped-def]
     truth, policy = models
-    jobs = [("ResNet-50 (batch size 64)", 0), ("Transformer (batch size 256)", 10)]
+    jobs = [("Transformer (batch size 256)", 0), ("Transformer (batch size 32)", 10)]
     rates = isolated[isolated["gpu_type"] == "v100"].set_index(["job_type", "scale_factor"])["steps_per_s"]
     path = tmp_path / "oom.trace"
     path.write_text("".join(f"{job}\tcmd\t-n\t0\t{rates[(job, 1)] * 3600:.4f}\t{arrival}\t1\n" for job, arrival in jobs))
@@ -176,7 +176,7 @@ def test_a_crash_is_not_repeated_where_the_profile_keeps_crashed_pairs_apart(tmp
                                  "scores": [{"name": "allocation"}]})
     loop = simulate(trace, Cluster(1, 1, "v100"), blind, truth, policy)
     learned = simulate(trace, Cluster(1, 1, "v100"), remembering, truth, policy)
-    assert loop.oom_events > 10  # re-queued every 60 s for the hour the ResNet-50 runs
+    assert loop.oom_events > 10  # re-queued every 60 s for the hour the first Transformer runs
     assert learned.oom_events == 1 and len(learned.finished) == 2
     transformer = next(f for f in learned.finished if f.restarts)
     assert transformer.restarts == 1 and transformer.start_s == pytest.approx(3600.0)  # waited for the GPU to be free
