@@ -10,7 +10,7 @@ from horus_airflow.catalog import ResolvedWorkload, Workload, resolve
 from horus_airflow.catalog.datasets import EnvironmentData
 from horus_airflow.errors import InvalidJobError, InventoryError
 from horus_airflow.features.gpus import GPU_SPECS, gpu_spec, gpu_type_from_nvml
-from horus_airflow.features.graph import allocated_bytes, features_of, flop_counter
+from horus_airflow.features.graph import _StepCounter, allocated_bytes, features_of
 from horus_airflow.jobs import JobSpec
 from horus_airflow.predictor import AnalyticPrior
 
@@ -74,13 +74,37 @@ def test_depthwise_convolution_flops_match_a_hand_count() -> None:
     with torch.device("meta"):
         conv = nn.Conv2d(8, 8, 3, padding=1, groups=8, bias=False)
         x = torch.randn(2, 8, 5, 5, requires_grad=True)
-    with flop_counter() as forward:
+    step = _StepCounter([])
+    with step:
         y = conv(x)
-    with flop_counter() as backward:
+        forward = step.flops.total
         y.sum().backward()
     hand = 2 * (2 * 5 * 5) * 8 * (3 * 3)  # 2 FLOPs per MAC x output positions x channels x taps
-    assert forward.get_total_flops() == hand
-    assert backward.get_total_flops() == 2 * hand  # grad wrt input + grad wrt weight
+    assert forward == hand
+    assert step.flops.total - forward == 2 * hand  # grad wrt input + grad wrt weight
+
+
+def test_step_counter_agrees_with_pytorchs_flop_counter_and_counts_fused_kernels_once() -> None:
+    """The FLOPs are PyTorch's formulas on the dispatched operators; a fused backward (SiLU's) is one kernel,
+    where PyTorch's FlopCounterMode would decompose it into six."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with torch.device("meta"):
+        net = nn.Sequential(nn.Linear(16, 32), nn.SiLU(), nn.Linear(32, 4))
+        x = torch.randn(8, 16)
+    step = _StepCounter([])
+    with step:
+        net(x).sum().backward()
+    with FlopCounterMode(display=False) as reference:
+        net(x).sum().backward()
+    assert step.flops.total == reference.get_total_flops() > 0
+    with torch.device("meta"):
+        silu_input = torch.randn(8, 32, requires_grad=True)
+    step = _StepCounter([])
+    with step:
+        nn.functional.silu(silu_input).sum().backward()
+    # silu, sum, ones_like (the loss's gradient) and silu_backward; expanding the gradient is a view
+    assert step.kernels == 4
 
 
 def test_resnet18_features_match_torchvision_and_scale_with_batch() -> None:
