@@ -86,7 +86,7 @@ def test_depthwise_convolution_flops_match_a_hand_count() -> None:
 
 def test_step_counter_agrees_with_pytorchs_flop_counter_and_counts_fused_kernels_once() -> None:
     """The FLOPs are PyTorch's formulas on the dispatched operators; a fused backward (SiLU's) is one kernel,
-    where PyTorch's FlopCounterMode would decompose it into six."""
+    where PyTorch's FlopCounterMode would decompose it into seven."""
     from torch.utils.flop_counter import FlopCounterMode
 
     with torch.device("meta"):
