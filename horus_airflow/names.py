@@ -16,6 +16,7 @@ from horus_airflow.errors import ProfileError
 # model -> (its default dataset, the datasets it can train on)
 MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
     'resnet18': ('cifar10', ('cifar10', 'cifar100', 'coco', 'gtsrb', 'horse2zebra', 'imagenet', 'lsun', 'oxford_pet')),
+    'resnet18_cifar': ('cifar10', ('cifar10', 'cifar100', 'coco', 'gtsrb', 'horse2zebra', 'imagenet', 'lsun', 'oxford_pet')),
     'resnet50': ('imagenet', ('cifar10', 'cifar100', 'coco', 'gtsrb', 'horse2zebra', 'imagenet', 'lsun', 'oxford_pet')),
     'resnet101': ('imagenet', ('cifar10', 'cifar100', 'coco', 'gtsrb', 'horse2zebra', 'imagenet', 'lsun', 'oxford_pet')),
     'vgg11': ('imagenet', ('cifar10', 'cifar100', 'coco', 'gtsrb', 'horse2zebra', 'imagenet', 'lsun', 'oxford_pet')),
@@ -38,6 +39,7 @@ MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
     'regnet': ('imagenet', ('cifar10', 'cifar100', 'coco', 'gtsrb', 'horse2zebra', 'imagenet', 'lsun', 'oxford_pet')),
     'vit_b_16': ('imagenet', ('cifar10', 'cifar100', 'coco', 'horse2zebra', 'imagenet', 'lsun', 'oxford_pet')),
     'lstm_lm': ('wikitext2', ('wikitext103', 'wikitext2')),
+    'lstm_lm_small': ('wikitext2', ('wikitext103', 'wikitext2')),
     'gru_lm': ('wikitext2', ('wikitext103', 'wikitext2')),
     'bert_base': ('squad', ('imdb', 'squad', 'wikitext103', 'wikitext2')),
     'bert_large': ('squad', ('imdb', 'squad', 'wikitext103', 'wikitext2')),

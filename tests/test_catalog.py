@@ -85,6 +85,28 @@ def test_operator_classes_land_where_the_architecture_says() -> None:
     assert extract_features("ppo", 32).optimizer_state_factor == 2 and cnn.optimizer_state_factor == 1
 
 
+def test_gavels_jobs_map_to_the_graphs_gavel_trained() -> None:
+    """Gavel's ResNet-18 has the CIFAR stem (3x3 stride 1, no max-pool) and its LM the word_language_model
+    defaults (200 wide, 2 layers); counted here by hand, layer by layer."""
+    from horus_airflow.simulator.workloads import gavel_workload
+
+    resnet = gavel_workload("ResNet-18 (batch size 64)")
+    assert (resnet.model, resnet.dataset, resnet.batch_size) == ("resnet18_cifar", "cifar10", 64)
+    conv3 = 9 * 32 * 32  # a 3x3 convolution's multiply-adds per input and output channel at 32x32
+    stage = [64 * 64 * conv3 * 4]  # stage 1: four 64->64 convolutions at 32x32
+    for width, side in ((128, 16), (256, 8), (512, 4)):  # each later stage halves the side, doubles the width
+        per_pixel = 9 * side * side
+        stage.append((width // 2) * width * per_pixel + 3 * width * width * per_pixel + (width // 2) * width * side * side)
+    macs = 3 * 64 * conv3 + sum(stage) + 512 * 10
+    assert extract_features("resnet18_cifar", 1).forward_flops == pytest.approx(2 * macs, rel=1e-3)
+
+    lm = gavel_workload("LM (batch size 20)")
+    assert (lm.model, lm.dataset) == ("lstm_lm_small", "wikitext2")
+    vocab, width = DATASETS["wikitext2"].vocab, 200
+    lstm_layer = 4 * (2 * width * width + 2 * width)
+    assert extract_features("lstm_lm_small", 20).params == vocab * width + 2 * lstm_layer + width * vocab + vocab
+
+
 def test_the_name_index_operators_check_at_parse_time_matches_the_catalog() -> None:
     """horus_airflow/names.py lists the catalog without PyTorch; regenerate it when the catalog changes."""
     from horus_airflow import names

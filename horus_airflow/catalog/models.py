@@ -119,12 +119,25 @@ def _regnet_y_400mf(data: Dataset) -> nn.Module:
     return tv.RegNet(params, num_classes=data.classes, norm_layer=partial(nn.BatchNorm2d, eps=1e-05, momentum=0.1))
 
 
+def _resnet18_cifar(data: Dataset) -> nn.Module:
+    """ResNet-18 as CIFAR training scripts build it (kuangliu's pytorch-cifar, Gavel's ResNet-18 job): a
+    3x3 stride-1 stem and no max-pool, so the first stage works at 32x32, not 8x8; about 15 times
+    torchvision's FLOPs on a CIFAR image."""
+    assert isinstance(data, ImageData)
+    network = tv.resnet18(weights=None, num_classes=data.classes)
+    network.conv1 = nn.Conv2d(data.channels, 64, kernel_size=3, stride=1, padding=1, bias=False)
+    network.maxpool = nn.Identity()
+    return network
+
+
 def _classifier(name: str, family: str, builder: Callable[[Dataset], nn.Module], default: str = "imagenet", min_size: int = 16, description: str = "") -> Workload:
     return Workload(name, family, ("image",), default, builder, min_image_size=min_size, rgb_only=True, description=description)
 
 
 _IMAGE_CLASSIFIERS = (
     _classifier("resnet18", "resnet", _torchvision(tv.resnet18), default="cifar10"),
+    _classifier("resnet18_cifar", "resnet", _resnet18_cifar, default="cifar10",
+                description="ResNet-18 with the CIFAR stem (3x3 stride-1 conv, no max-pool)"),
     _classifier("resnet50", "resnet", _torchvision(tv.resnet50)),
     _classifier("resnet101", "resnet", _torchvision(tv.resnet101)),
     _classifier("vgg11", "vgg", _torchvision(tv.vgg11), min_size=32),
@@ -156,6 +169,8 @@ def _text(name: str, family: str, build: Callable[[TokenData], nn.Module], defau
 
 _SEQUENCE_MODELS = (
     Workload("lstm_lm", "rnn_lm", ("text",), "wikitext2", lambda d: language.RecurrentLm(d, nn.LSTM), text_tasks=("lm",)),  # type: ignore[arg-type]
+    Workload("lstm_lm_small", "rnn_lm", ("text",), "wikitext2", lambda d: language.RecurrentLm(d, nn.LSTM, dim=200, dropout=0.2),  # type: ignore[arg-type]
+             text_tasks=("lm",), description="word_language_model's defaults: 200-wide embedding and 2-layer LSTM"),
     Workload("gru_lm", "rnn_lm", ("text",), "wikitext2", lambda d: language.RecurrentLm(d, nn.GRU), text_tasks=("lm",)),  # type: ignore[arg-type]
     _text("bert_base", "bert", lambda d: language.Bert(d, language.BERT_BASE), "squad", max_seq_len=512, vocab=30522),
     _text("bert_large", "bert", lambda d: language.Bert(d, language.BERT_LARGE), "squad", max_seq_len=512, vocab=30522),

@@ -17,10 +17,10 @@ class Workload:
 
 
 GAVEL_MODELS = {  # Gavel's job type -> (catalog model, dataset, batch size when the name has none)
-    "ResNet-18": ("resnet18", "cifar10", None),
+    "ResNet-18": ("resnet18_cifar", "cifar10", None),
     "ResNet-50": ("resnet50", "imagenet", None),
     "Transformer": ("transformer_base", "multi30k", None),
-    "LM": ("lstm_lm", "wikitext2", None),
+    "LM": ("lstm_lm_small", "wikitext2", None),
     "Recommendation": ("autoencoder_rec", "ml20m", None),
     "A3C": ("a3c", "atari", 20),
     "CycleGAN": ("cyclegan", "horse2zebra", 1),
