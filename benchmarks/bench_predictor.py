@@ -1,6 +1,7 @@
 """The predictor's speed and accuracy, each against a baseline measured in the same run.
 
     .venv/bin/python benchmarks/bench_predictor.py [--gpumemnet PATH/TO/mlp_data_step2.csv] [--rows N]
+        [--lucid PATH/TO/Lucid-checkout] [--lucid-gpus v100-32gb rtx3090 a100-40gb]
 
 Tables:
 1. Feature extraction plus one prediction on the CPU (meta device), per catalog model at batch 32 (the
@@ -14,6 +15,10 @@ Tables:
 4. With --gpumemnet: GPUMemNet's measured MLP runs (A100 40 GB, per that repository's plots), held out
    by architecture pattern, and the prior alone on all of them. That dataset has no licence, so it is
    read from where you keep it and never copied into the project; no shipped model is fitted on it.
+5. With --lucid: Lucid's 60 mapped jobs (a source and workloads the seed has not got, non-commercial
+   licence, read in place: see benchmarks/lucid.py), predicted by the champion `make demo` trains (every
+   seed row), the prior alone and the seed's mean, on each GPU type the artifact might have used (it
+   does not say which).
 """
 
 from __future__ import annotations
@@ -36,8 +41,10 @@ from horus_airflow.features.gpus import GPU_SPECS, gpu_spec
 from horus_airflow.features.graph import GraphFeatures, features_of
 from horus_airflow.predictor import AnalyticPrior
 from horus_airflow.predictor.dataset import COLUMNS, read_training_data, validate
-from horus_airflow.predictor.evaluation import SCHEMES, Evaluation, Scores, evaluate
+from horus_airflow.predictor.evaluation import SCHEMES, Evaluation, Scores, evaluate, evaluate_source
 from horus_airflow.predictor.model import TrainedPredictor, UtilizationModel
+
+from lucid import lucid_jobs  # benchmarks/ is on the path when this file runs
 
 SEED = Path(__file__).resolve().parent.parent / "data" / "predictor_seed" / "predictor_seed.csv"
 
@@ -163,10 +170,24 @@ def _mlp(layers: list[tuple[str, int, int]]) -> tuple[nn.Module, int, int]:
     return nn.Sequential(*modules), int(inputs or 1), int(width or 1)
 
 
+def lucid_transfer(checkout: Path, gpus: list[str], seed: pd.DataFrame) -> None:
+    for gpu in gpus:
+        evaluation = evaluate_source(seed, lucid_jobs(checkout, gpu), f"lucid on {gpu}")
+        print(f"\nLucid's jobs, held out, taken to have run on {gpu}: the champion fitted on every seed row")
+        print(evaluation.table(), end="")
+        split = evaluation.split("source", f"lucid on {gpu}", "gpu_util")
+        prior = split.prior.mae / split.mean.mae
+        print(f"targets: model/mean MAE {split.ratio():.2f} (<= 0.6: {'yes' if split.ratio() <= 0.6 else 'NO'}), "
+              f"prior/mean {prior:.2f} (< 1: {'yes' if prior < 1 else 'NO'})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gpumemnet", type=Path, help="GPUMemNet's mlp_data_step2.csv (read in place, never copied)")
     parser.add_argument("--rows", type=int, default=1000, help="GPUMemNet rows to sample (0 = all 3,000)")
+    parser.add_argument("--lucid", type=Path, help="a checkout of S-Lab-System-Group/Lucid (read in place, never copied)")
+    parser.add_argument("--lucid-gpus", nargs="+", default=["v100-32gb", "rtx3090", "a100-40gb"],
+                        help="GPU types to score Lucid's rows on (its artifact does not name one)")
     args = parser.parse_args()
     feature_speed()
     seed = read_training_data(SEED).rows
@@ -179,6 +200,8 @@ def main() -> None:
         print(f"\n(GPUMemNet: features of {len(rows)} MLPs in {time.perf_counter() - started:.1f} s)")
         prior_alone(f"GPUMemNet ({len(rows)} MLP runs, A100 40 GB): the prior alone, fitted on nothing", rows)
         accuracy(f"GPUMemNet ({len(rows)} MLP runs), one held-out architecture pattern per fold", rows, ("family",))
+    if args.lucid:
+        lucid_transfer(args.lucid, args.lucid_gpus, seed)
 
 
 if __name__ == "__main__":

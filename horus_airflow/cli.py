@@ -342,7 +342,7 @@ def _interference(args: argparse.Namespace) -> int:
         jobs.append((spec, need, CoRunner(need.util, need.util_p90, need.mem_mib, signature(features)), demand.predictor))
     result = model.predict([j[2] for j in jobs], gpu)
     out = {
-        "gpu": gpu.name, "model": label, "speeds": [round(s, 4) for s in result.speeds], "fits": result.fits,
+        "gpu": gpu.name, "model": label, "speeds": [round(s, 4) for s in result.speeds], "fits": result.fits, "note": result.note,
         "jobs": [{"model": spec.model, "batch_size": spec.batch_size, "dataset": spec.dataset, "precision": spec.precision,
                   "predicted_util": round(need.util, 2), "predicted_mem_mib": round(need.mem_mib), "predictor": predictor,
                   "speed": round(speed, 4)}
@@ -352,6 +352,8 @@ def _interference(args: argparse.Namespace) -> int:
         print(json.dumps(out))
         return 0
     print(f"GPU {gpu.name}, model {label}: {'fits' if result.fits else 'does NOT fit'}")
+    if result.note:
+        print(f"  ({result.note})")
     for job in out["jobs"]:
         print(f"  {job['model']:<20} b{job['batch_size']:<6} util {job['predicted_util']:>6.1f}%  "
               f"mem {job['predicted_mem_mib']:>7} MiB  speed {job['speed']:.3f}")

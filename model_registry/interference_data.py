@@ -21,19 +21,15 @@ from pathlib import Path
 import pandas as pd
 
 from horus_airflow.features import extract_features
-from horus_airflow.features.gpus import gpu_spec
-from horus_airflow.interference.base import SIGNATURE_FIELDS, signature
-from horus_airflow.interference.pairs import PAIR_COLUMNS
+from horus_airflow.features.graph import GraphFeatures
+from horus_airflow.interference.pairs import PAIR_COLUMNS, pair_row
 from horus_airflow.predictor import AnalyticPrior
 from horus_airflow.simulator.workloads import gavel_workload
 
-def job_columns(job_type: str, gpu: str, prior: AnalyticPrior) -> dict[str, float | str]:
+
+def job_side(job_type: str) -> tuple[str, str, GraphFeatures]:
     workload = gavel_workload(job_type)
-    family = job_type.split(" (")[0].strip()
-    features = extract_features(workload.model, workload.batch_size, workload.dataset)
-    demand = prior.predict_one(features, gpu_spec(gpu))
-    return {"family": family, "util": demand.util, "util_p90": demand.util_p90, "mem": demand.mem_mib,
-            **dict(zip(SIGNATURE_FIELDS, signature(features)))}
+    return job_type, job_type.split(" (")[0].strip(), extract_features(workload.model, workload.batch_size, workload.dataset)
 
 
 def main() -> None:
@@ -43,23 +39,15 @@ def main() -> None:
     args = parser.parse_args()
     raw = pd.read_csv(args.shared / "gavel_colocation" / "gavel_pair_throughputs.csv")
     pairs = raw[(raw["placement"] == "consolidated") & (raw["scale_factor"] == 1) & (raw["colocated_scale_factor"] == 1)]
-    prior, cache = AnalyticPrior(), {}
+    prior, sides = AnalyticPrior(), {}
     rows = []
     for _, pair in pairs.iterrows():
-        sides = {}
-        for side, job in (("a", pair["job_type"]), ("b", pair["colocated_job_type"])):
-            key = (job, pair["gpu_type"])
-            if key not in cache:
-                cache[key] = job_columns(job, pair["gpu_type"], prior)
-            sides[side] = cache[key]
+        for job in (pair["job_type"], pair["colocated_job_type"]):
+            if job not in sides:
+                sides[job] = job_side(job)
         ran = pair["throughput"] > 0
-        row = {"gpu_type": pair["gpu_type"], "job_a": pair["job_type"], "job_b": pair["colocated_job_type"],
-               "family_a": sides["a"]["family"], "family_b": sides["b"]["family"],
-               "speed_a": pair["throughput"] / pair["isolated_throughput"] if ran else None, "fits": bool(ran)}
-        for side in "ab":
-            row.update({f"{c}_{side}": sides[side][c] for c in ("util", "util_p90", "mem")})
-            row.update({f"{side}.{f}": sides[side][f] for f in SIGNATURE_FIELDS})
-        rows.append(row)
+        rows.append(pair_row(pair["gpu_type"], (sides[pair["job_type"]], sides[pair["colocated_job_type"]]),
+                             pair["throughput"] / pair["isolated_throughput"] if ran else None, prior))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows, columns=list(PAIR_COLUMNS)).to_csv(args.out, index=False)
     print(f"wrote {len(rows)} pairs ({sum(r['fits'] for r in rows)} ran together) to {args.out}")

@@ -37,6 +37,13 @@ os.environ.update(
 os.environ.pop("MLFLOW_TRACKING_URI", None)
 
 
+def env_with_home(home: Path) -> dict[str, str]:
+    """This process's environment for a subprocess with its own Horus home. MLflow's set_tracking_uri
+    writes MLFLOW_TRACKING_URI into os.environ, which would point the subprocess at an earlier test's
+    store whatever its home, so it is left out."""
+    return {**{k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}, "HORUS_HOME": str(home)}
+
+
 @pytest.fixture(scope="session")
 def airflow_db() -> Path:
     """A migrated SQLite Airflow metadata DB, once per session."""

@@ -13,6 +13,7 @@ import jsonschema
 import pytest
 
 from horus_airflow.settings import Settings
+from tests.conftest import env_with_home
 
 HORUS = str(Path(sys.executable).parent / "horus")
 
@@ -28,7 +29,7 @@ def test_cli_answers_help(args: list[str]) -> None:
 
 @pytest.mark.integration
 def test_predict_json_contract(tmp_path: Path) -> None:
-    fresh = {**os.environ, "HORUS_HOME": str(tmp_path)}  # no champion registered: the prior predicts
+    fresh = env_with_home(tmp_path)  # no champion registered: the prior predicts
     fresh.pop("MLFLOW_TRACKING_URI", None)
     done = subprocess.run(
         [HORUS, "predict", "--model", "resnet18", "--batch-size", "32", "--json"], capture_output=True, text=True, timeout=120, env=fresh
@@ -57,7 +58,7 @@ def test_cli_bad_input_exits_2_with_the_accepted_values(args: list[str], message
 
 @pytest.mark.integration
 def test_train_then_predict_with_the_registered_champion(tmp_path: Path) -> None:
-    env = {**os.environ, "HORUS_HOME": str(tmp_path / "horus")}
+    env = env_with_home(tmp_path / "horus")
     seed = Path(__file__).resolve().parent.parent / "data" / "predictor_seed" / "predictor_seed.csv"
     trained = subprocess.run([HORUS, "predictor", "train", "--data", str(seed)], capture_output=True, text=True,
                              timeout=300, env=env)

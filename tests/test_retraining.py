@@ -250,7 +250,7 @@ def test_the_campaign_runs_end_to_end_without_a_gpu_and_says_so(tmp_path: Path) 
 @pytest.mark.integration
 def test_the_interference_model_is_compared_and_promoted_by_the_same_rules(horus_home: Path) -> None:
     """Gavel's measured pairs stand in for profiled pairs: the challenger must beat a champion trained
-    on scrambled speeds, and is judged by speed MAE on held-out job types."""
+    on scrambled speeds, and is judged by speed MAE on held-out jobs."""
     from horus_airflow.interference.pairs import read_pairs
     from horus_airflow.registry.interference import train_interference
     from horus_airflow.registry.versions import champion_version as version_of

@@ -4,7 +4,6 @@ measured numbers (data/interference_seed)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ from horus_airflow.simulator.engine import Cluster, simulate
 from horus_airflow.simulator.metrics import comparison_table, summarize
 from horus_airflow.simulator.traces import TraceError, read_trace
 from horus_airflow.simulator.truth import split_models
+from tests.conftest import env_with_home
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "interference_seed"
 HORUS = str(Path(sys.executable).parent / "horus")
@@ -135,7 +135,7 @@ def test_ground_truth_needs_a_measured_gpu_type() -> None:
 def test_simulate_cli_writes_the_json_contract_and_a_plot(tmp_path: Path) -> None:
     trace = gavel_trace(tmp_path / "t.trace", [(RESNET18, 1000, 0, 1), (LM, 1000, 0, 1), (RESNET18, 500, 100, 1)])
     out, png = tmp_path / "out.json", tmp_path / "out.png"
-    env = {**os.environ, "HORUS_HOME": str(tmp_path / "horus")}
+    env = env_with_home(tmp_path / "horus")
     done = subprocess.run(
         [HORUS, "simulate", "--trace", str(trace), "--trace-format", "gavel", "--nodes", "1", "--gpus-per-node", "2",
          "--gpu", "v100", "--profiles", "exclusive,horus-paper", "--json", str(out), "--plot", str(png),

@@ -120,13 +120,34 @@ def _regnet_y_400mf(data: Dataset) -> nn.Module:
 
 
 def _resnet18_cifar(data: Dataset) -> nn.Module:
-    """ResNet-18 as CIFAR training scripts build it (kuangliu's pytorch-cifar, Gavel's ResNet-18 job): a
-    3x3 stride-1 stem and no max-pool, so the first stage works at 32x32, not 8x8; about 15 times
-    torchvision's FLOPs on a CIFAR image."""
+    """ResNet-18 as CIFAR training scripts build it (kuangliu's pytorch-cifar, which Gavel's and Lucid's
+    ResNet-18 jobs run): a 3x3 stride-1 stem and no max-pool, so the first stage works at 32x32, not 8x8;
+    about 50 times torchvision's FLOPs on a CIFAR image."""
     assert isinstance(data, ImageData)
     network = tv.resnet18(weights=None, num_classes=data.classes)
     network.conv1 = nn.Conv2d(data.channels, 64, kernel_size=3, stride=1, padding=1, bias=False)
     network.maxpool = nn.Identity()
+    return network
+
+
+def _mobilenet_v2_cifar(data: Dataset) -> nn.Module:
+    """MobileNetV2 with pytorch-cifar's two changes for 32 px: the stem and the first 24-channel block at
+    stride 1, so the network downsamples by 8, not 32."""
+    assert isinstance(data, ImageData)
+    network = tv.mobilenet_v2(weights=None, num_classes=data.classes)
+    network.features[0][0].stride = (1, 1)
+    network.features[2].conv[1][0].stride = (1, 1)
+    return network
+
+
+def _vgg11_cifar(data: Dataset) -> nn.Module:
+    """VGG-11 with batch norm as pytorch-cifar builds it: the five pooled stages leave 512 x 1 x 1 at
+    32 px, read by one linear layer instead of torchvision's 4096-wide classifier (larger images are
+    averaged down to that)."""
+    assert isinstance(data, ImageData)
+    network = tv.vgg11_bn(weights=None)
+    network.avgpool = nn.AdaptiveAvgPool2d(1)
+    network.classifier = nn.Linear(512, data.classes)
     return network
 
 
@@ -136,11 +157,11 @@ def _classifier(name: str, family: str, builder: Callable[[Dataset], nn.Module],
 
 _IMAGE_CLASSIFIERS = (
     _classifier("resnet18", "resnet", _torchvision(tv.resnet18), default="cifar10"),
-    _classifier("resnet18_cifar", "resnet", _resnet18_cifar, default="cifar10",
-                description="ResNet-18 with the CIFAR stem (3x3 stride-1 conv, no max-pool)"),
+    _classifier("resnet18_cifar", "resnet", _resnet18_cifar, default="cifar10", min_size=32, description="ResNet-18 with the CIFAR stem (3x3 stride-1 conv, no max-pool)"),
     _classifier("resnet50", "resnet", _torchvision(tv.resnet50)),
     _classifier("resnet101", "resnet", _torchvision(tv.resnet101)),
     _classifier("vgg11", "vgg", _torchvision(tv.vgg11), min_size=32),
+    _classifier("vgg11_cifar", "vgg", _vgg11_cifar, default="cifar10", min_size=32, description="VGG-11-BN for 32 px: one linear classifier on 512 x 1 x 1"),
     _classifier("vgg16", "vgg", _torchvision(tv.vgg16), min_size=32),
     _classifier("vgg19", "vgg", _torchvision(tv.vgg19), min_size=32),
     _classifier("alexnet", "alexnet", _torchvision(tv.alexnet), min_size=64),
@@ -150,6 +171,7 @@ _IMAGE_CLASSIFIERS = (
     _classifier("googlenet", "inception", _torchvision(tv.googlenet, aux_logits=False, init_weights=False)),
     _classifier("mobilenet_v1", "mobilenet", vision.MobileNetV1, min_size=32),  # type: ignore[arg-type]
     _classifier("mobilenet_v2", "mobilenet", _torchvision(tv.mobilenet_v2)),
+    _classifier("mobilenet_v2_cifar", "mobilenet", _mobilenet_v2_cifar, default="cifar10", min_size=32, description="MobileNetV2 with the stem and first 24-channel block at stride 1"),
     _classifier("mobilenet_v3_large", "mobilenet", _torchvision(tv.mobilenet_v3_large)),
     _classifier("mobilenet_v3_small", "mobilenet", _torchvision(tv.mobilenet_v3_small)),
     _classifier("shufflenet_v2_x1_0", "shufflenet", _torchvision(tv.shufflenet_v2_x1_0)),

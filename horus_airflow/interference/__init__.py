@@ -4,6 +4,6 @@ Two models behind one interface: the paper's summed-utilization proxy and a lear
 from horus_airflow.interference.base import CoRunner, Interference, InterferenceModel, signature
 from horus_airflow.interference.learned import LearnedInterference
 from horus_airflow.interference.memo import Memoized
-from horus_airflow.interference.proxy import SummedUtilization
+from horus_airflow.interference.proxy import SummedUtilization, TimeSharing
 
-__all__ = ["CoRunner", "Interference", "InterferenceModel", "LearnedInterference", "Memoized", "SummedUtilization", "signature"]
+__all__ = ["CoRunner", "Interference", "InterferenceModel", "LearnedInterference", "Memoized", "SummedUtilization", "TimeSharing", "signature"]

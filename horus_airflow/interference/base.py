@@ -59,6 +59,7 @@ class CoRunner:
 class Interference:
     speeds: tuple[float, ...]
     fits: bool
+    note: str = ""  # why a model other than the one asked answered (a job it has not seen)
 
 
 class InterferenceModel(Protocol):

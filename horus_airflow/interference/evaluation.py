@@ -55,6 +55,11 @@ def evaluate_interference(pairs: pd.DataFrame) -> list[SplitScores]:
     return scores
 
 
+def evaluate_source(train: pd.DataFrame, test: pd.DataFrame, name: str) -> SplitScores:
+    """Both models and the constant fitted on every ``train`` pair, scored on another source's pairs."""
+    return _score("source", name, _predict(train, test))
+
+
 def _predict(train: pd.DataFrame, test: pd.DataFrame) -> pd.DataFrame:
     learned = LearnedInterference().fit(train)
     ran = train["fits"].to_numpy(dtype=bool)

@@ -11,7 +11,9 @@ import pandas as pd
 
 from horus_airflow.errors import HorusError
 from horus_airflow.features.gpus import GpuSpec, gpu_spec
-from horus_airflow.interference.base import SIGNATURE_FIELDS, demand_shares
+from horus_airflow.features.graph import GraphFeatures
+from horus_airflow.interference.base import SIGNATURE_FIELDS, demand_shares, signature
+from horus_airflow.predictor.prior import AnalyticPrior
 
 JOB_COLUMNS = ("util", "util_p90", "mem")
 PAIR_COLUMNS = (
@@ -27,6 +29,20 @@ DESIGN_COLUMNS = (
     "sm_a", "bandwidth_a", "sm_b", "bandwidth_b", "summed_sm", "summed_bandwidth",
     "gpu_log_fp32_tflops", "gpu_log_fp16_tflops", "gpu_bandwidth_gbs", "gpu_memory_mib", "gpu_sm_count",
 )
+
+
+def pair_row(gpu: str, sides: tuple[tuple[str, str, GraphFeatures], tuple[str, str, GraphFeatures]], speed_a: float | None,
+             prior: AnalyticPrior) -> dict[str, object]:
+    """One ordered pair in ``PAIR_COLUMNS``: each side is (job name, family, features); its demand columns are
+    the analytic prior's on that GPU, so pairs do not depend on which predictor version is champion.
+    ``speed_a`` is None when the pair could not run together."""
+    row: dict[str, object] = {"gpu_type": gpu, "job_a": sides[0][0], "job_b": sides[1][0], "family_a": sides[0][1],
+                              "family_b": sides[1][1], "speed_a": speed_a, "fits": speed_a is not None}
+    for side, (_, _, features) in zip("ab", sides):
+        demand = prior.predict_one(features, gpu_spec(gpu))
+        row.update({f"util_{side}": demand.util, f"util_p90_{side}": demand.util_p90, f"mem_{side}": demand.mem_mib})
+        row.update({f"{side}.{f}": value for f, value in zip(SIGNATURE_FIELDS, signature(features))})
+    return row
 
 
 def read_pairs(path: Path | str) -> pd.DataFrame:

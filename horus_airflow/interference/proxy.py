@@ -1,6 +1,7 @@
-"""The paper's proxy: every co-resident slows down by the same amount, a monotone (non-increasing)
-function of the summed predicted utilization on the GPU, fitted to measured pairs by isotonic
-regression. Fit is judged by summed predicted memory against the GPU's memory."""
+"""Models of co-location from summed predicted utilization alone. The paper's proxy: every co-resident
+slows down by the same amount, a monotone (non-increasing) function of the summed utilization, fitted
+to measured pairs by isotonic regression. The time-sharing law: the same shape with nothing fitted.
+Both judge fit by summed predicted memory against the GPU's memory."""
 
 from __future__ import annotations
 
@@ -38,5 +39,26 @@ class SummedUtilization:
     def predict(self, jobs: Sequence[CoRunner], gpu: GpuSpec) -> Interference:
         if len(jobs) <= 1:
             return Interference(tuple(1.0 for _ in jobs), all(j.mem_mib <= gpu.memory_mib for j in jobs))
+        speed = float(self.speed_at(sum(j.util for j in jobs)))
+        return Interference(tuple(speed for _ in jobs), sum(j.mem_mib for j in jobs) <= gpu.memory_mib)
+
+
+@dataclass(frozen=True)
+class TimeSharing:
+    """Co-residents share the GPU's busy time: while their summed utilization stays within 100 % each
+    gets what it asks for; beyond, each slows by the same factor, 100 / sum. No constant is fitted, so
+    it holds as well for jobs unlike any measured pair as for those like them, which a model fitted on
+    one source's pairs does not (docs/PLACEMENT.md: Lucid's pairs)."""
+
+    name: str = "time-sharing"
+
+    @staticmethod
+    def speed_at(summed_util: np.ndarray | float) -> np.ndarray:
+        return 100.0 / np.maximum(100.0, summed_util)
+
+    def predict_many(self, groups: Sequence[Sequence[CoRunner]], gpu: GpuSpec) -> list[Interference]:
+        return [self.predict(jobs, gpu) for jobs in groups]
+
+    def predict(self, jobs: Sequence[CoRunner], gpu: GpuSpec) -> Interference:
         speed = float(self.speed_at(sum(j.util for j in jobs)))
         return Interference(tuple(speed for _ in jobs), sum(j.mem_mib for j in jobs) <= gpu.memory_mib)

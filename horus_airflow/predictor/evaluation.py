@@ -143,19 +143,30 @@ def evaluate(rows: pd.DataFrame, hyperparameters: Hyperparameters | None = None,
         for value in sorted(column.unique()):
             train, test = rows[column != value], rows[column == value]
             frames.append(_predict_held_out(train, test, hyper).assign(scheme=scheme, held_out=value))
-    predictions = pd.concat(frames, ignore_index=True)
+    return _scored(usable, pd.concat(frames, ignore_index=True))
+
+
+def evaluate_source(train: pd.DataFrame, test: pd.DataFrame, name: str,
+                    hyperparameters: Hyperparameters | None = None) -> Evaluation:
+    """Models fitted on every ``train`` row, scored on another source's rows (held out as ``name``): how the
+    shipped champion does on measurements it never saw."""
+    predicted = _predict_held_out(train, test, hyperparameters or Hyperparameters())
+    return _scored(("source",), predicted.assign(scheme="source", held_out=name), pooled=False)
+
+
+def _scored(schemes: tuple[str, ...], predictions: pd.DataFrame, pooled: bool = True) -> Evaluation:
     scores = []
-    for scheme in usable:
+    for scheme in schemes:
         of_scheme = predictions[predictions["scheme"] == scheme]
         for target in TARGETS:
             known = of_scheme[of_scheme[target].notna()]
             if known.empty:
                 continue
-            for held_out, group in [*sorted(known.groupby("held_out")), (POOLED, known)]:
+            for held_out, group in [*sorted(known.groupby("held_out")), *([(POOLED, known)] if pooled else [])]:
                 truth = group[target].to_numpy(dtype=float)
                 scores.append(SplitScores(scheme, str(held_out), target,
                                           *(Scores.of(truth, group[f"{who}.{target}"].to_numpy(dtype=float)) for who in PREDICTORS)))
-    return Evaluation(usable, tuple(scores), predictions)
+    return Evaluation(schemes, tuple(scores), predictions)
 
 
 def _predict_held_out(train: pd.DataFrame, test: pd.DataFrame, hyper: Hyperparameters) -> pd.DataFrame:

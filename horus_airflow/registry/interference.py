@@ -2,7 +2,8 @@
 registered model ``horus-interference`` under the same alias scheme as the predictor.
 
 A registered version is a pyfunc model (pair design rows in, ``speed`` and ``fits`` out) whose artifacts
-are the two ``mlflow.lightgbm`` models and ``curve.json``, the fallback proxy's fitted curve.
+are the two ``mlflow.lightgbm`` models, ``curve.json``, the fallback proxy's fitted curve, and
+``support.json``, the training jobs' signatures (a version without it answers for every job).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import pandas as pd
 from mlflow.models import infer_signature
 
 from horus_airflow.interference import LearnedInterference, SummedUtilization
+from horus_airflow.interference.learned import Support
 from horus_airflow.interference.base import InterferenceModel
 from horus_airflow.interference.evaluation import (
     SplitScores,
@@ -37,6 +39,7 @@ log = logging.getLogger(__name__)
 
 INTERFERENCE_MODEL = "horus-interference"
 _CURVE_FILE = "curve.json"
+_SUPPORT_FILE = "support.json"
 
 
 class InterferencePyfunc(mlflow.pyfunc.PythonModel):  # type: ignore[misc]
@@ -98,10 +101,15 @@ def load_interference(settings: Settings) -> tuple[InterferenceModel, str]:
 
 def _model_from_artifacts(artifacts: dict[str, Path]) -> LearnedInterference:
     curve = json.loads(artifacts[_CURVE_FILE].read_text())
+    support = None
+    if _SUPPORT_FILE in artifacts:
+        kept = json.loads(artifacts[_SUPPORT_FILE].read_text())
+        support = Support(np.array(kept["signatures"], dtype=float), np.array(kept["scale"], dtype=float))
     return LearnedInterference(
         speed_model=mlflow.lightgbm.load_model(str(artifacts["speed"])),
         fit_model=mlflow.lightgbm.load_model(str(artifacts["fits"])),
         fallback=SummedUtilization(tuple(curve["util"]), tuple(curve["speed"])),
+        support=support,
     )
 
 
@@ -118,6 +126,10 @@ def _log_model(model: LearnedInterference, pairs: pd.DataFrame) -> Any:
         curve = Path(tmp) / _CURVE_FILE
         curve.write_text(json.dumps({"util": model.fallback.curve_util, "speed": model.fallback.curve_speed}))
         artifacts[_CURVE_FILE] = str(curve)
+        if model.support is not None:
+            support = Path(tmp) / _SUPPORT_FILE
+            support.write_text(json.dumps({"signatures": model.support.signatures.tolist(), "scale": model.support.scale.tolist()}))
+            artifacts[_SUPPORT_FILE] = str(support)
         speed, fits = model.predict_pairs(design.to_numpy())
         return mlflow.pyfunc.log_model(
             name="interference", python_model=InterferencePyfunc(), artifacts=artifacts,

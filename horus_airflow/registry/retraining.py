@@ -378,12 +378,15 @@ def compare_predictor(settings: Settings, data: ValidatedData, policy: ModelPoli
 
 def compare_interference(settings: Settings, seed_pairs: pd.DataFrame, profiling_pairs: pd.DataFrame, policy: ModelPolicy,
                          source: str) -> Comparison:
-    """As :func:`compare_predictor`, for the interference model: the held-out families are chosen among
-    the profiled pairs', and their pairs are scored (speed MAE) by the challenger and the champion."""
-    held = heldout_families(pd.concat([profiling_pairs["family_a"], profiling_pairs["family_b"]]), policy.heldout_fraction) \
+    """As :func:`compare_predictor`, for the interference model, but holding out jobs (a model at one
+    batch size), not families: the boosters answer only for jobs near those they were trained on, and a
+    family never trained on gets the time-sharing law, which fits nothing and so has nothing to judge.
+    The held-out jobs are chosen among the profiled pairs', and their pairs are scored (speed MAE) by
+    the challenger and the champion."""
+    held = heldout_families(pd.concat([profiling_pairs["job_a"], profiling_pairs["job_b"]]), policy.heldout_fraction) \
         if len(profiling_pairs) else set()
     def touches(frame: pd.DataFrame) -> pd.Series:
-        return frame["family_a"].astype(str).isin(held) | frame["family_b"].astype(str).isin(held)
+        return frame["job_a"].astype(str).isin(held) | frame["job_b"].astype(str).isin(held)
     heldout = profiling_pairs[touches(profiling_pairs)] if len(profiling_pairs) else profiling_pairs
     training = pd.concat([seed_pairs[~touches(seed_pairs)], profiling_pairs[~touches(profiling_pairs)]], ignore_index=True) \
         if len(profiling_pairs) else seed_pairs
