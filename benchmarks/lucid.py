@@ -35,6 +35,7 @@ names; the benchmarks report each candidate they are given.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from pathlib import Path
 
 import pandas as pd
@@ -65,29 +66,22 @@ LUCID_WORKLOADS = {
 }
 
 
-class _Features:
-    """Each distinct (workload, batch, AMP) counted once: the pairs repeat a few dozen jobs."""
-
-    def __init__(self) -> None:
-        self._counted: dict[tuple[str, str, int, int], GraphFeatures] = {}
-
-    def __call__(self, model: str, dataset: str, batch_size: int, amp: int) -> GraphFeatures | None:
-        if (model, dataset) not in LUCID_WORKLOADS:
-            return None
-        key = (model, dataset, batch_size, amp)
-        if key not in self._counted:
-            name, data, has_pipeline = LUCID_WORKLOADS[(model, dataset)]
-            features = features_of(resolve(name, data), batch_size, "amp" if amp else "fp32")
-            self._counted[key] = features if has_pipeline else dataclasses.replace(features, host_us_per_sample=0.0)
-        return self._counted[key]
+@functools.cache
+def _features(model: str, dataset: str, batch_size: int, amp: int) -> GraphFeatures | None:
+    """Counted once per (workload, batch, AMP) in a run: the pairs repeat a few dozen jobs, on every GPU."""
+    if (model, dataset) not in LUCID_WORKLOADS:
+        return None
+    name, data, has_pipeline = LUCID_WORKLOADS[(model, dataset)]
+    features = features_of(resolve(name, data), batch_size, "amp" if amp else "fp32")
+    return features if has_pipeline else dataclasses.replace(features, host_us_per_sample=0.0)
 
 
 def lucid_jobs(checkout: Path, gpu: str) -> pd.DataFrame:
     """Lucid's jobs alone as predictor rows on ``gpu`` (``origin`` lucid); unmapped workloads are left out."""
     raw = pd.read_csv(checkout / JOBS_FILE)
-    count, rows = _Features(), []
+    rows = []
     for _, job in raw.iterrows():
-        features = count(job["model"], job["dataset"], int(job["batchsize"]), int(job["amp"]))
+        features = _features(job["model"], job["dataset"], int(job["batchsize"]), int(job["amp"]))
         if features is None:
             continue
         rows.append({"origin": "lucid", "origin_ref": f"{job['model']}/{job['dataset']}/b{job['batchsize']}/amp{job['amp']}",
@@ -99,11 +93,11 @@ def lucid_jobs(checkout: Path, gpu: str) -> pd.DataFrame:
 def lucid_pairs(checkout: Path, gpu: str) -> pd.DataFrame:
     """Lucid's co-located pairs as interference pairs on ``gpu``, both orders of each measured pair."""
     raw = pd.read_csv(checkout / PAIRS_FILE)
-    count, prior, rows = _Features(), AnalyticPrior(), []
+    prior, rows = AnalyticPrior(), []
     for _, pair in raw.iterrows():
         sides = []
         for n in ("1", "2"):
-            features = count(pair[f"model{n}"], pair[f"dataset{n}"], int(pair[f"batchsize{n}"]), int(pair[f"amp{n}"]))
+            features = _features(pair[f"model{n}"], pair[f"dataset{n}"], int(pair[f"batchsize{n}"]), int(pair[f"amp{n}"]))
             name = f"{pair[f'model{n}']} (batch size {pair[f'batchsize{n}']}, amp {pair[f'amp{n}']})"
             sides.append((name, str(pair[f"model{n}"]), features, float(pair[f"speed{n}"])))
         if any(features is None for _, _, features, _ in sides):

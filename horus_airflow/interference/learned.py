@@ -15,7 +15,7 @@ where the law, fitted on nothing, ranks them at 0.24 (docs/PLACEMENT.md).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 import lightgbm as lgb
@@ -29,8 +29,8 @@ from horus_airflow.interference.proxy import SummedUtilization, TimeSharing
 
 _LGB = dict(n_estimators=150, learning_rate=0.05, num_leaves=7, min_child_samples=20, subsample=0.8, subsample_freq=1,
             colsample_bytree=0.8, random_state=7, verbose=-1, deterministic=True, force_col_wise=True)
-# One spread in every signature field, summed in quadrature: a round radius chosen before any held-out
-# score was seen; on Lucid's pairs radii from 0.5 to 3 score within 0.19-0.25 (docs/PLACEMENT.md).
+# One spread in every signature field, summed in quadrature: a round radius, not tuned; on Lucid's pairs
+# radii from 0.5 to 3 score within 0.19-0.25 (docs/PLACEMENT.md).
 SUPPORT_RADIUS = 1.0
 _WIDTH = len(SIGNATURE_FIELDS)
 _UTIL_A, _UTIL_B = DESIGN_COLUMNS.index("util_a"), DESIGN_COLUMNS.index("util_b")
@@ -84,14 +84,16 @@ class LearnedInterference:
     def predict_pairs(self, design: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Speed of A next to B and whether they fit, for design rows; pairs with a job outside the
         support get the time-sharing law and the memory sum."""
-        assert self.speed_model is not None and self.fit_model is not None, "fit() first"
-        speed = np.clip(self.speed_model.booster_.predict(design), 0.01, 1.0)
-        fits = self.fit_model.booster_.predict(design) >= 0.5
+        speed, fits = self._boosters(design)
         if self.support is not None and len(design):
             seen = self.support.contains(design[:, :_WIDTH]) & self.support.contains(design[:, _WIDTH:2 * _WIDTH])
             speed = np.where(seen, speed, TimeSharing.speed_at(design[:, _UTIL_A] + design[:, _UTIL_B]))
             fits = np.where(seen, fits, design[:, _MEM_A] + design[:, _MEM_B] <= 1.0)
         return speed, fits
+
+    def _boosters(self, design: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        assert self.speed_model is not None and self.fit_model is not None, "fit() first"
+        return np.clip(self.speed_model.booster_.predict(design), 0.01, 1.0), self.fit_model.booster_.predict(design) >= 0.5
 
     def predict(self, jobs: Sequence[CoRunner], gpu: GpuSpec) -> Interference:
         return self.predict_many([jobs], gpu)[0]
@@ -109,7 +111,8 @@ class LearnedInterference:
                         if i != k:
                             rows.append(_pair_row(a, b, gpu, spec))
                             owners.append((g, i))
-        speed, fits = self.predict_pairs(np.array(rows)) if rows else (np.zeros(0), np.zeros(0, dtype=bool))
+        # rows only of groups whose every job is in the support: the boosters answer, no second check
+        speed, fits = self._boosters(np.array(rows)) if rows else (np.zeros(0), np.zeros(0, dtype=bool))
         extra_time = [np.zeros(len(jobs)) for jobs in groups]
         all_fit = [True] * len(groups)
         for (g, i), s, f in zip(owners, speed, fits):
@@ -121,9 +124,9 @@ class LearnedInterference:
             if len(jobs) > 1 and any(len(j.signature) != len(SIGNATURE_FIELDS) for j in jobs):
                 out.append(self.fallback.predict(jobs, gpu))
             elif unseen[g]:
-                shared = TimeSharing().predict(jobs, gpu)
-                out.append(Interference(shared.speeds, shared.fits, f"time-sharing law: job {', '.join(str(i + 1) for i in unseen[g])} "
-                                        "unlike every job the learned model was trained on"))
+                unlike = ", ".join(str(i + 1) for i in unseen[g])
+                out.append(replace(TimeSharing().predict(jobs, gpu),
+                                   note=f"time-sharing law: job {unlike} unlike every job the learned model was trained on"))
             else:
                 out.append(Interference(tuple(float(1.0 / (1.0 + t)) for t in extra_time[g]), all_fit[g] and fits_memory))
         return out

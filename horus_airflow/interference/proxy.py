@@ -50,7 +50,7 @@ class TimeSharing:
     it holds as well for jobs unlike any measured pair as for those like them, which a model fitted on
     one source's pairs does not (docs/PLACEMENT.md: Lucid's pairs)."""
 
-    name: str = "time-sharing"
+    name: str = field(default="time-sharing", init=False)
 
     @staticmethod
     def speed_at(summed_util: np.ndarray | float) -> np.ndarray:

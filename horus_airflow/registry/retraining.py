@@ -280,9 +280,9 @@ def build_predictor_data(seed: pd.DataFrame, profiling: pd.DataFrame) -> Validat
     return validate(pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(COLUMNS)))
 
 
-def heldout_families(families: pd.Series, fraction: float) -> set[str]:
-    """A stable choice of families to hold out (by a hash of the name, so reruns choose the same)."""
-    names = sorted(set(families.astype(str)), key=lambda f: hashlib.sha1(f.encode()).hexdigest())
+def heldout_values(values: pd.Series, fraction: float) -> set[str]:
+    """A stable choice of families (or jobs) to hold out, by a hash of the name, so reruns choose the same."""
+    names = sorted(set(values.astype(str)), key=lambda f: hashlib.sha1(f.encode()).hexdigest())
     count = max(1, math.ceil(len(names) * fraction)) if len(names) > 2 else 0
     return set(names[:count])
 
@@ -359,7 +359,7 @@ def compare_predictor(settings: Settings, data: ValidatedData, policy: ModelPoli
     """Train the challenger without the held-out families, register it (alias ``challenger``), and
     score it and the champion (as it was before this training) on the profiling rows of those families."""
     rows = data.rows
-    held = heldout_families(rows["family"], policy.heldout_fraction)
+    held = heldout_values(rows["family"], policy.heldout_fraction)
     is_held = rows["family"].astype(str).isin(held)
     heldout = rows[is_held & (rows["origin"] == "profiling")]
     champion = load_predictor(settings)
@@ -383,7 +383,7 @@ def compare_interference(settings: Settings, seed_pairs: pd.DataFrame, profiling
     family never trained on gets the time-sharing law, which fits nothing and so has nothing to judge.
     The held-out jobs are chosen among the profiled pairs', and their pairs are scored (speed MAE) by
     the challenger and the champion."""
-    held = heldout_families(pd.concat([profiling_pairs["job_a"], profiling_pairs["job_b"]]), policy.heldout_fraction) \
+    held = heldout_values(pd.concat([profiling_pairs["job_a"], profiling_pairs["job_b"]]), policy.heldout_fraction) \
         if len(profiling_pairs) else set()
     def touches(frame: pd.DataFrame) -> pd.Series:
         return frame["job_a"].astype(str).isin(held) | frame["job_b"].astype(str).isin(held)
