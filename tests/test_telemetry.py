@@ -307,6 +307,37 @@ def test_a_profiling_run_whose_artifacts_are_refused_is_failed_with_its_reason(
 
 
 @pytest.mark.integration
+def test_a_run_whose_server_fails_mid_write_is_still_closed_failed(
+    horus_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The tracking server's database goes away between the run's creation and its metrics, and the tag that
+    says why cannot be written either: the run is closed FAILED all the same, not left RUNNING."""
+    from mlflow.tracking import MlflowClient
+
+    from horus_airflow.errors import ProfilingLogError
+    from horus_airflow.features.gpus import gpu_spec
+    from horus_airflow.placement import GpuState
+    from horus_airflow.registry.profiling import ProfilingRecord, log_profiling_run
+    from horus_airflow.registry.retraining import all_profiling_runs
+    from horus_airflow.settings import Settings
+
+    def database_gone(*_args: object, **_kwargs: object) -> None:
+        raise ConnectionError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(MlflowClient, "log_batch", database_gone)
+    monkeypatch.setattr(MlflowClient, "set_tag", database_gone)
+    run_dir = tmp_path / "job"
+    run_dir.mkdir()
+    gpu = GpuState("n/0", "n", 0, "a100-80gb", gpu_spec("a100-80gb").memory_mib)
+    record = ProfilingRecord(None, None, None, "prior", None, (gpu,), RunSummary(0, 10.0, 50, False, 90.0, 500.0), run_dir, {},
+                             co_residents=())
+    with pytest.raises(ProfilingLogError, match="server closed the connection.*it is marked FAILED"):
+        log_profiling_run(Settings.from_env(), record)
+    [logged] = all_profiling_runs(Settings.from_env())
+    assert logged.info.status == "FAILED"
+
+
+@pytest.mark.integration
 def test_a_retry_closes_its_killed_trys_run_before_logging_its_own(
     horus_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

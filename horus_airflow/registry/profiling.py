@@ -18,6 +18,7 @@ from typing import Sequence
 
 from mlflow import entities
 from mlflow.entities import Run, RunStatus
+from mlflow.tracking import MlflowClient
 
 from horus_airflow.backends.ledger import Booking
 from horus_airflow.errors import ProfilingLogError
@@ -106,21 +107,35 @@ def log_profiling_run(settings: Settings, record: ProfilingRecord) -> str:
         if record.decision is not None:
             (record.run_dir / "placement.json").write_text(json.dumps(record.decision.to_dict(), indent=2))
         mlflow.log_artifacts(run_id, str(record.run_dir), artifact_path="telemetry")
-    except Exception as exc:
+    except BaseException as exc:
         problem = f"{type(exc).__name__}: {exc}"[:1000]
-        mlflow.set_tag(run_id, Tag.LOGGING_ERROR, problem)  # why a run whose job succeeded is FAILED
-        mlflow.set_terminated(run_id, RunStatus.to_string(RunStatus.FAILED))
+        closed = _close_failed(mlflow, run_id, problem)
+        if not isinstance(exc, Exception):  # interrupted: Airflow's SIGTERM, Ctrl-C
+            raise
+        state = "it is marked FAILED" if closed else "it could not be closed either, and the task's next try closes it"
         raise ProfilingLogError(
             f"profiling run {run_id} could not be logged completely to {settings.mlflow_tracking_uri} ({problem}); "
-            f"it is marked FAILED, and the job's telemetry is kept in {record.run_dir}"
+            f"{state}, and the job's telemetry is kept in {record.run_dir}"
         ) from exc
-    except BaseException:
-        mlflow.set_terminated(run_id, RunStatus.to_string(RunStatus.FAILED))
-        raise
     status = RunStatus.FAILED if record.summary.exit_code > 0 else RunStatus.FINISHED  # -1: unknown, e.g. imported
     mlflow.set_terminated(run_id, RunStatus.to_string(status), end_time=ended_ms)
     log.info("profiling run %s logged to %s", run_id, settings.mlflow_tracking_uri)
     return run_id
+
+
+def _close_failed(mlflow: MlflowClient, run_id: str, problem: str) -> bool:
+    """Close a half-written run FAILED, saying why a run whose job succeeded failed; each step is tried on its
+    own, as the tracking server may be what broke. False if the run stays open (the next try closes it)."""
+    try:
+        mlflow.set_tag(run_id, Tag.LOGGING_ERROR, problem)
+    except Exception as exc:  # noqa: BLE001 (connection errors surface as requests/urllib3 types)
+        log.warning("could not tag profiling run %s with why it failed: %s", run_id, exc)
+    try:
+        mlflow.set_terminated(run_id, RunStatus.to_string(RunStatus.FAILED))
+    except Exception as exc:  # noqa: BLE001
+        log.warning("could not close half-written profiling run %s: %s", run_id, exc)
+        return False
+    return True
 
 
 def _job_times_ms(summary: RunSummary) -> tuple[int | None, int | None]:

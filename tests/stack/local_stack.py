@@ -12,6 +12,7 @@ docker-compose.yaml, so the two cannot drift apart.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -153,15 +154,21 @@ class LocalStack:
             shutil.rmtree(self.pg_dir, ignore_errors=True)
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        """``sig`` to a service's process group, as a signal from its operator would go."""
         if name in self.pids:
-            self.kill_group(self.pids[name], sig)
+            try:
+                os.killpg(self.pids[name], sig)
+            except ProcessLookupError:
+                pass
 
     @staticmethod
-    def kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
-        try:
-            os.killpg(pid, sig)
-        except ProcessLookupError:
-            pass
+    def kill_session(sid: int) -> None:
+        """SIGKILL every process of a service's session, as a container or systemd unit restart does: Airflow's
+        task processes run in process groups of their own, so killing the service's group would leave them
+        running, orphaned, as no deployment's restart does."""
+        for pid in alive_in_session(sid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
     def is_up(self, name: str) -> bool:
         if name == "postgres":
@@ -179,16 +186,16 @@ class LocalStack:
         {"mlflow": self._mlflow, "postgres": self._start_postgres, "airflow": self._airflow}[name]()
 
     def _reap(self, name: str, timeout_s: float = 30.0) -> None:
-        """Wait for a service's process to end (reaping it), killing its whole group if it lingers."""
+        """Wait for a service's process to end (reaping it), killing its whole session if it lingers."""
         self.pids.pop(name)
         process = self._processes.pop(name)
         try:
             process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            self.kill_group(process.pid)
+            self.kill_session(process.pid)
             process.wait(timeout=timeout_s)
-        self.kill_group(process.pid)  # children it left behind in its group
-        wait_for(lambda: not alive_in_group(process.pid), 30)
+        self.kill_session(process.pid)  # children it left behind
+        wait_for(lambda: not alive_in_session(process.pid), 30)
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None, user: str | None = None) -> None:
         log = (self.root / f"{name}.log").open("ab")
@@ -367,15 +374,15 @@ def parent_of(pid: int) -> int:
     return int(_stat(Path("/proc") / str(pid))[1])
 
 
-def alive_in_group(pgid: int) -> list[int]:
-    """Processes of a process group that still run (zombies waiting for a parent to reap them do not)."""
+def alive_in_session(sid: int) -> list[int]:
+    """Processes of a session that still run (zombies waiting for a parent to reap them do not)."""
     alive = []
     for process in Path("/proc").glob("[0-9]*"):
         try:
             fields = _stat(process)
         except (OSError, IndexError):
             continue
-        if fields[0] != "Z" and int(fields[2]) == pgid:
+        if fields[0] != "Z" and int(fields[3]) == sid:
             alive.append(int(process.name))
     return alive
 

@@ -19,7 +19,7 @@ from horus_airflow.registry.retraining import staged_table
 from horus_airflow.run_schema import Experiment, Tag, tag_equals
 from horus_airflow.registry.store import search
 from horus_airflow.settings import Settings
-from tests.stack.local_stack import CELERY, REPO, LocalStack, alive_in_group
+from tests.stack.local_stack import CELERY, REPO, LocalStack, alive_in_session
 
 pytestmark = pytest.mark.stack
 
@@ -44,7 +44,7 @@ def celery_stack() -> Iterator[LocalStack]:
         pids = dict(running.pids)
         running.stop()
         for name, pid in pids.items():
-            assert alive_in_group(pid) == [], name
+            assert alive_in_session(pid) == [], name
 
 
 def task_instances(stack: LocalStack, dag_id: str, run_id: str) -> list[dict]:  # type: ignore[type-arg]

@@ -38,7 +38,7 @@ from tests.stack.local_stack import (
     REPO,
     SERVICES,
     LocalStack,
-    alive_in_group,
+    alive_in_session,
     parent_of,
     postgres_bin,
     processes_running,
@@ -61,8 +61,8 @@ def stack() -> Iterator[LocalStack]:
     finally:
         pids = dict(running.pids)
         running.stop()
-        for name, pid in pids.items():  # every process it started is gone, its group too
-            assert alive_in_group(pid) == [], name
+        for name, pid in pids.items():  # every process it started is gone, its whole session too
+            assert alive_in_session(pid) == [], name
 
 
 @pytest.fixture(scope="module")
