@@ -12,10 +12,14 @@ job look busy (Lucid's PointNet: measured 6-12 % busy, predicted ~90 %). This me
 | imagenet | 500x375 JPEG decoded -> RandomResizedCrop(224) -> flip -> ToTensor -> Normalize (pytorch/examples imagenet) |
 | lsun | 256x256 JPEG decoded -> Resize(64) -> CenterCrop(64) -> ToTensor -> Normalize (pytorch/examples dcgan) |
 | coco | 640x480 JPEG decoded -> ToTensor |
+| oxford_pet | 500x375 JPEG and PNG trimap decoded -> Resize(128) both -> ToTensor (the TensorFlow segmentation tutorial Alnair ran) |
+| horse2zebra | 256x256 JPEG decoded -> Resize(286) -> RandomCrop(256) -> flip -> ToTensor -> Normalize (junyanz/pytorch-CycleGAN-and-pix2pix) |
+| gtsrb | 50x50 PPM decoded -> Resize(75x75) -> ToTensor |
 | shapenet | 2,500 xyz points and 2,500 labels parsed from text (np.loadtxt), 2,500 resampled, centred and scaled (fxia22/pointnet.pytorch) |
 
 Images are synthetic (smooth gradients plus noise, so JPEG sizes are near natural photos'); nothing is
-downloaded. Numbers are this machine's CPU, one core: a cluster's CPU and its worker count scale them.
+downloaded. Each figure is CPU time (``time.process_time``) of one process on one thread, so another
+process on a shared machine does not inflate it; a cluster's CPU and its worker count scale it.
 
     .venv/bin/python benchmarks/bench_input_pipeline.py [--samples 200] [--repeats 5]
 """
@@ -65,6 +69,16 @@ def _pipelines(workdir: Path, rng: np.random.Generator) -> dict[str, Callable[[]
     lsun_jpeg = _jpeg(256, 256, rng)
     lsun = transforms.Compose([transforms.Resize(64), transforms.CenterCrop(64), transforms.ToTensor(), normalize])
     coco_jpeg = _jpeg(640, 480, rng)
+    pet_jpeg = _jpeg(500, 375, rng)
+    trimap = io.BytesIO()
+    Image.fromarray(rng.integers(1, 4, (375, 500), dtype=np.uint8), mode="L").save(trimap, format="PNG")
+    pet_resize = transforms.Resize((128, 128))
+    zebra_jpeg = _jpeg(256, 256, rng)
+    zebra = transforms.Compose([transforms.Resize(286), transforms.RandomCrop(256), transforms.RandomHorizontalFlip(),
+                                transforms.ToTensor(), transforms.Normalize((0.5,) * 3, (0.5,) * 3)])
+    sign = io.BytesIO()
+    Image.fromarray(_photo(50, 50, rng)).save(sign, format="PPM")
+    gtsrb = transforms.Compose([transforms.Resize((75, 75)), transforms.ToTensor()])
     points, labels = workdir / "cloud.pts", workdir / "cloud.seg"
     np.savetxt(points, rng.normal(0, 0.3, (2500, 3)), fmt="%.5f")
     np.savetxt(labels, rng.integers(1, 5, 2500), fmt="%d")
@@ -79,6 +93,11 @@ def _pipelines(workdir: Path, rng: np.random.Generator) -> dict[str, Callable[[]
     def decoded(data: bytes) -> Image.Image:
         return Image.open(io.BytesIO(data)).convert("RGB")
 
+    def oxford_pet() -> tuple[torch.Tensor, torch.Tensor]:
+        mask = Image.open(io.BytesIO(trimap.getvalue()))
+        return (transforms.functional.to_tensor(pet_resize(decoded(pet_jpeg))),
+                transforms.functional.pil_to_tensor(pet_resize(mask)))
+
     return {
         "mnist": lambda: mnist(Image.fromarray(digit, mode="L")),
         "cifar10": lambda: cifar(Image.fromarray(tiny)),
@@ -86,6 +105,9 @@ def _pipelines(workdir: Path, rng: np.random.Generator) -> dict[str, Callable[[]
         "lsun": lambda: lsun(decoded(lsun_jpeg)),
         "coco": lambda: transforms.functional.to_tensor(decoded(coco_jpeg)),
         "shapenet": shapenet,
+        "oxford_pet": oxford_pet,
+        "horse2zebra": lambda: zebra(decoded(zebra_jpeg)),
+        "gtsrb": lambda: gtsrb(decoded(sign.getvalue())),
     }
 
 
@@ -94,10 +116,10 @@ def _us_per_sample(pipeline: Callable[[], object], samples: int, repeats: int) -
         pipeline()
     runs = []
     for _ in range(repeats):
-        started = time.perf_counter()
+        started = time.process_time()
         for _ in range(samples):
             pipeline()
-        runs.append((time.perf_counter() - started) / samples * 1e6)
+        runs.append((time.process_time() - started) / samples * 1e6)
     return statistics.median(runs)
 
 

@@ -92,7 +92,8 @@ def test_a_job_unlike_every_training_job_gets_the_time_sharing_law(learned: Lear
 def test_unseen_gpu_types_are_ranked_by_the_boosters_and_unseen_job_types_by_the_law(pairs: pd.DataFrame) -> None:
     scores = {(s.scheme, s.held_out): s for s in evaluate_interference(pairs)}
     gpus = scores[("GPU type", "all")]
-    assert gpus.learned_spearman > gpus.proxy_spearman + 0.3 and gpus.learned_mae < gpus.proxy_mae
+    # ranking, not error: with the measured input-pipeline costs the held-out P100 errs more than the law (docs/PLACEMENT.md)
+    assert gpus.learned_spearman > gpus.proxy_spearman + 0.3
     assert {("GPU type", g) for g in ("k80", "p100", "v100")} <= set(scores)
     a3c = scores[("job type", "A3C")]  # every held-out pair involves a job the model never saw: the law's answer
     assert a3c.learned_mae != a3c.proxy_mae

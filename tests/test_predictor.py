@@ -99,6 +99,21 @@ def test_a_split_scheme_that_cannot_be_held_out_is_named(seed: pd.DataFrame) -> 
         evaluate(seed[seed["origin"] == "muri"], schemes=("source", "gpu"))
 
 
+def test_a_correction_is_weighted_by_how_well_it_transfers_between_sources(seed: pd.DataFrame) -> None:
+    """Measurements made from the prior's own estimate: a bias that every source shares is learned whole,
+    one whose sign flips between sources (what no model can carry over) is dropped for the prior."""
+    from horus_airflow.predictor.model import design_matrix
+
+    prior_util = design_matrix(seed, UtilizationModel().prior)["prior_util"].to_numpy()
+    shared = seed.assign(gpu_util=np.clip(prior_util * 0.5, 1, 100), gpu_util_p90=np.nan)
+    assert UtilizationModel().fit(shared).shrinkage["gpu_util"] == 1.0
+    flipped = np.where(seed["origin"] == "alnair", 0.5, 2.0)
+    opposed = seed.assign(gpu_util=np.clip(prior_util * flipped, 1, 100), gpu_util_p90=np.nan)
+    model = UtilizationModel().fit(opposed)
+    assert model.shrinkage["gpu_util"] == 0.0
+    assert np.allclose(model.predict(opposed)["gpu_util"], np.clip(prior_util, 1, 100))
+
+
 @pytest.mark.integration
 def test_predictions_are_bounded_and_p90_is_conservative(seed: pd.DataFrame) -> None:
     model = UtilizationModel().fit(seed)

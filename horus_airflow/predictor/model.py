@@ -6,6 +6,12 @@ Each model learns a correction of the prior in log space (``log1p(measured) - lo
 target itself: on a model family it has never seen, a tree model falls back to corrections learned
 elsewhere instead of to the mean of the training targets, and the error it minimises is the relative
 one that RMSLE measures. Held-out-family evaluation on the seed data chose this (docs/PREDICTOR.md).
+
+A correction learned on some sources need not hold on another (on the seed, one fitted on Alnair's P100
+rows made Muri's V100 jobs worse than the prior alone), so each one is applied only in the measure that
+transfer on the training rows supports: ``fit`` refits it without each source in turn (each family
+where the rows come from one source), predicts the rows left out, and keeps the weight of
+:data:`SHRINKAGE_GRID` that errs least there; 0 is the prior alone.
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ _MONOTONE = {
 }
 _MONOTONE["gpu_util_p90"] = {}  # LightGBM's quantile objective takes no monotone constraints; p90 >= mean holds it
 MIN_ROWS_PER_TARGET = 8
+SHRINKAGE_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 
 @dataclass(frozen=True)
@@ -121,24 +128,53 @@ class UtilizationModel:
     regressors: dict[str, lgb.LGBMRegressor] = field(default_factory=dict)
     trained_rows: dict[str, int] = field(default_factory=dict)
     gpu_types: tuple[str, ...] = ()  # the GPU types of the rows it was fitted on
+    shrinkage: dict[str, float] = field(default_factory=dict)  # the weight of each target's correction
 
     def fit(self, rows: pd.DataFrame) -> UtilizationModel:
         design = design_matrix(rows, self.prior)
-        self.regressors, self.trained_rows = {}, {}
+        self.regressors, self.trained_rows, self.shrinkage = {}, {}, {}
         self.gpu_types = tuple(sorted(rows["gpu_type"].astype(str).unique()))
+        groups = _transfer_groups(rows)
         for target in TARGETS:
             known = rows[target].notna().to_numpy()
             if known.sum() < MIN_ROWS_PER_TARGET:
                 continue
             measured = rows.loc[known, target].to_numpy(dtype=float)
-            correction = np.log1p(measured) - _prior_log(design[known].to_numpy(), target, self.prior)
-            objective = "quantile" if target == "gpu_util_p90" else "regression"
-            monotone = [_MONOTONE[target].get(column, 0) for column in DESIGN_COLUMNS]
-            regressor = self.hyperparameters.regressor(objective, monotone)
-            regressor.fit(design[known], correction, categorical_feature=["input_kind"])
-            self.regressors[target] = regressor
+            prior_log = _prior_log(design[known].to_numpy(), target, self.prior)
+            correction = np.log1p(measured) - prior_log
+            self.regressors[target] = self._fit_correction(target, design[known], correction)
             self.trained_rows[target] = int(known.sum())
+            self.shrinkage[target] = self._transfer_weight(target, design[known], correction, prior_log, measured,
+                                                           groups[known])
         return self
+
+    def _fit_correction(self, target: str, design: pd.DataFrame, correction: np.ndarray) -> lgb.LGBMRegressor:
+        objective = "quantile" if target == "gpu_util_p90" else "regression"
+        monotone = [_MONOTONE[target].get(column, 0) for column in DESIGN_COLUMNS]
+        regressor = self.hyperparameters.regressor(objective, monotone)
+        return regressor.fit(design, correction, categorical_feature=["input_kind"])
+
+    def _transfer_weight(self, target: str, design: pd.DataFrame, correction: np.ndarray, prior_log: np.ndarray,
+                         measured: np.ndarray, groups: np.ndarray) -> float:
+        """The weight of :data:`SHRINKAGE_GRID` whose corrections, each fitted without the group it
+        predicts, err least on the rows left out (points of utilization; relative error of memory).
+        Without two groups there is nothing to judge transfer on: the correction is kept whole."""
+        left_out = np.full(len(correction), np.nan)
+        for group in np.unique(groups):
+            held = groups == group
+            if held.all() or (~held).sum() < MIN_ROWS_PER_TARGET:
+                continue
+            regressor = self._fit_correction(target, design[~held], correction[~held])
+            left_out[held] = regressor.booster_.predict(design[held].to_numpy(dtype=float))
+        judged = ~np.isnan(left_out)
+        if not judged.any():
+            return 1.0
+        errors = []
+        for weight in SHRINKAGE_GRID:
+            predicted = np.expm1(prior_log[judged] + weight * left_out[judged])
+            error = np.abs(predicted - measured[judged])
+            errors.append(float(np.mean(error / np.maximum(measured[judged], 1.0) if target == "gpu_mem_mib" else error)))
+        return SHRINKAGE_GRID[int(np.argmin(errors))]
 
     def predict_design(self, design: pd.DataFrame) -> pd.DataFrame:
         """Predictions for design rows; a target without a trained model gets the prior's estimate."""
@@ -159,11 +195,17 @@ class UtilizationModel:
             log_value = _prior_log(design, target, self.prior)
             regressor = self.regressors.get(target)
             if regressor is not None:
-                log_value = log_value + regressor.booster_.predict(design)
+                log_value = log_value + self.shrinkage.get(target, 1.0) * regressor.booster_.predict(design)
             out[target] = np.expm1(log_value)
         out["gpu_util"] = np.clip(out["gpu_util"], 1.0, 100.0)
         out["gpu_util_p90"] = np.clip(np.maximum(out["gpu_util_p90"], out["gpu_util"]), 1.0, 100.0)
         return out
+
+
+def _transfer_groups(rows: pd.DataFrame) -> np.ndarray:
+    """What a correction must transfer across: the rows' sources, or their families when one source."""
+    origins = rows["origin"].astype(str).to_numpy()
+    return origins if len(set(origins)) > 1 else rows["family"].astype(str).to_numpy()
 
 
 @dataclass(frozen=True)

@@ -130,6 +130,7 @@ def _model_from_artifacts(artifacts: dict[str, Path]) -> UtilizationModel:
     model.regressors = {t: mlflow.lightgbm.load_model(str(artifacts[t])) for t in meta["trained_rows"]}
     model.trained_rows = meta["trained_rows"]
     model.gpu_types = tuple(meta["gpu_types"])
+    model.shrinkage = meta.get("shrinkage", {})  # a version from before shrinkage applied its corrections whole
     return model
 
 
@@ -146,6 +147,7 @@ def _log_training(data: ValidatedData, source: str, hyper: Hyperparameters, eval
         "data.gpu_types": ",".join(sorted(rows["gpu_type"].astype(str).unique())),
         "heldout.schemes": ",".join(evaluation.schemes),
         **{f"trained_rows.{t}": model.trained_rows.get(t, 0) for t in TARGETS},
+        **{f"shrinkage.{t}": w for t, w in model.shrinkage.items()},
     })
     mlflow.log_metrics(evaluation.metrics())
     mlflow.log_input(mlflow.data.from_pandas(rows, source=source, targets="gpu_util", name="predictor-training-data"),
@@ -167,7 +169,7 @@ def _log_model(model: UtilizationModel, data: ValidatedData) -> Any:
             artifacts[target] = str(path)
         meta = {"hyperparameters": asdict(model.hyperparameters), "prior": {k: v for k, v in asdict(model.prior).items() if k != "notes"},
                 "trained_rows": model.trained_rows, "gpu_types": list(model.gpu_types),
-                "design_columns": list(DESIGN_COLUMNS)}
+                "shrinkage": model.shrinkage, "design_columns": list(DESIGN_COLUMNS)}
         (Path(tmp) / _META_FILE).write_text(json.dumps(meta, indent=2))
         artifacts[_META_FILE] = str(Path(tmp) / _META_FILE)
         return mlflow.pyfunc.log_model(

@@ -1,0 +1,94 @@
+"""A scheduling round: the queue and the cluster in, the jobs to book out, with why every other job waits.
+
+The live scheduler and the simulator make the same choices because both call :func:`schedule` (the
+profile's queue policy, then :func:`place`) on a :class:`ClusterState`: a round calls it again on the
+state with each chosen job's booking added, until no waiting job fits. Pure: the caller reads the queue
+and the cluster, and books what the round returns in one compare-and-swap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Hashable, Mapping, Sequence
+
+from horus_airflow.interference import InterferenceModel
+from horus_airflow.placement.placer import Decision, demand_shape, schedule
+from horus_airflow.placement.profiles import Profile
+from horus_airflow.placement.queue import Waiting
+from horus_airflow.placement.state import ClusterState, Resident
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """A queued job the round places, with the decision to book."""
+
+    job: Waiting
+    decision: Decision
+
+
+@dataclass(frozen=True)
+class Held:
+    """A queued job the round leaves waiting, and why (the placer's reason, or the job's turn)."""
+
+    job: Waiting
+    reason: str
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    """``chosen`` in the order the round placed them; ``state`` is the cluster with their bookings."""
+
+    chosen: tuple[Chosen, ...]
+    held: tuple[Held, ...]
+    state: ClusterState
+
+
+def scheduling_round(
+    waiting: Sequence[Waiting],
+    state: ClusterState,
+    profile: Profile,
+    interference: InterferenceModel | None = None,
+    credits: Mapping[str, float] | None = None,
+) -> RoundResult:
+    """Place waiting jobs one at a time, as the profile's queue policy orders them, each on the state the
+    earlier ones left; a job placed ahead of an older one counts as a skip of the older one (the
+    policies' starvation guard), as in the simulator."""
+    queue = {w.demand.job_id: w for w in waiting}
+    position = {gpu.gpu_id: i for i, gpu in enumerate(state.gpus)}
+    chosen: list[Chosen] = []
+    reasons: dict[str, str] = {}
+    unplaceable: frozenset[Hashable] = frozenset()
+    while queue:
+        done = schedule(list(queue.values()), state, profile, interference, credits, unplaceable)
+        for decision in done.tried:
+            if not decision.placed:
+                reasons[decision.job_id] = decision.reason
+        if done.job is None or done.decision is None:
+            unplaceable = done.unplaceable
+            break
+        placed = done.job.demand.job_id
+        del queue[placed]
+        for job_id, other in queue.items():
+            if other.arrival < done.job.arrival:
+                queue[job_id] = replace(other, skips=other.skips + 1)
+        chosen.append(Chosen(done.job, done.decision))
+        state = _with_booking(state, done.job, done.decision, position)
+        unplaceable = frozenset()
+    held = tuple(Held(job, reasons.get(job_id) or _turn(job, unplaceable, profile)) for job_id, job in queue.items())
+    return RoundResult(tuple(chosen), held, state)
+
+
+def _turn(job: Waiting, unplaceable: frozenset[Hashable], profile: Profile) -> str:
+    if demand_shape(job.demand) in unplaceable:
+        return "a queued job with the same demand does not fit now"
+    return f"waits its turn: the {profile.queue.name} queue policy tries other jobs first"
+
+
+def _with_booking(state: ClusterState, job: Waiting, decision: Decision, position: Mapping[str, int]) -> ClusterState:
+    changes = {}
+    for gpu_id in decision.gpu_ids:
+        gpu = state.gpus[position[gpu_id]]
+        need = job.demand.on(gpu.gpu_type)
+        resident = Resident(job.demand.job_id, need.util, need.util_p90, need.mem_mib, job.demand.signature)
+        changes[position[gpu_id]] = replace(gpu, residents=(*gpu.residents, resident))
+    return state.with_changes(changes)
