@@ -14,6 +14,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Sequence
 
 from horus_airflow.backends.base import Acquired, Backend, acquire
+from horus_airflow.backends.scheduler import QueueingBackend, wait_in_queue
 from horus_airflow.features.gpus import gpu_spec
 from horus_airflow.interference import InterferenceModel, signature
 from horus_airflow.jobs import JobSpec
@@ -82,4 +83,6 @@ class PlacementService:
         if self.backend is None:
             raise TypeError("this PlacementService has no backend to book on; give one, or use decide()")
         self.backend.reclaim(owner)
+        if isinstance(self.backend, QueueingBackend):
+            return wait_in_queue(self.backend, demand, self.profile, owner, timeout_s, self.interference, state=state)
         return acquire(self.backend, demand, self.profile, owner, timeout_s, self.interference, state=state)

@@ -60,6 +60,16 @@ class Acquired:
     seconds: float  # from the first snapshot to the booking, waiting for a GPU included
 
 
+def refuse_unplaceable(demand: Demand, state: ClusterState, profile: Profile,
+                       interference: InterferenceModel | None = None) -> None:
+    """Raise :class:`NoPlacementError` for a demand no GPU could take even with the cluster idle: it would
+    wait forever."""
+    idle = ClusterState(tuple(replace(gpu, residents=()) for gpu in state.gpus), state.version, state.crashed_pairs)
+    decision = place(demand, idle, profile, interference)
+    if not decision.placed:
+        raise NoPlacementError(f"job {demand.job_id} cannot fit even on idle GPUs: {decision.reason}")
+
+
 def acquire(
     backend: Backend,
     demand: Demand,
@@ -92,9 +102,7 @@ def acquire(
                 log.info("ledger conflict (%s), deciding again", exc)
                 state = None
                 continue
-        idle = ClusterState(tuple(replace(gpu, residents=()) for gpu in state.gpus), state.version)
-        if not place(demand, idle, profile, interference).placed:
-            raise NoPlacementError(f"job {demand.job_id} cannot fit even on idle GPUs: {decision.reason}")
+        refuse_unplaceable(demand, state, profile, interference)
         if clock() >= deadline:
             raise NoPlacementError(f"job {demand.job_id} not placed within {timeout_s:.0f} s: {decision.reason}")
         log.info("waiting for a GPU: %s", decision.reason)

@@ -9,6 +9,7 @@ time in: the ledger reads no clock.
 
 from __future__ import annotations
 
+import json
 import math
 import sqlite3
 import uuid
@@ -18,7 +19,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from horus_airflow.errors import LedgerConflictError
+from horus_airflow.placement.queue import Waiting
 from horus_airflow.placement.state import Resident, Signature, crashed_pair
+from horus_airflow.predictor.demand import Demand
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS ledger_version (id INTEGER PRIMARY KEY CHECK (id = 0), version INTEGER NOT NULL);
@@ -50,6 +53,23 @@ CREATE TABLE IF NOT EXISTS decisions (
     reason TEXT NOT NULL,
     explanation TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS queue (
+    entry_id TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    job_id TEXT NOT NULL,
+    demand TEXT NOT NULL,
+    profile TEXT NOT NULL,
+    pool TEXT NOT NULL,
+    enqueued_at REAL NOT NULL,
+    lease_expires_at REAL NOT NULL,
+    expected_runtime_s REAL,
+    skips INTEGER NOT NULL DEFAULT 0,
+    reason TEXT NOT NULL DEFAULT '',
+    reservation_id TEXT,
+    round TEXT,
+    left_at REAL
+);
+CREATE INDEX IF NOT EXISTS queue_waiting ON queue (left_at, reservation_id, enqueued_at);
 """
 _ACTIVE = (
     "SELECT gpu_id, job_id, util, util_p90, mem_mib, signature FROM reservations "
@@ -106,6 +126,51 @@ class Reservation:
     lease_expires_at: float
 
 
+@dataclass(frozen=True)
+class QueueEntry:
+    """A task waiting for GPUs: its demand, the profile it is placed with and its credit ``pool``.
+    ``reason`` says why the last round left it waiting; ``reservation_id`` is set once a round booked it
+    (``round`` names that round); ``left_at`` once it left the queue, booked and taken or given up."""
+
+    entry_id: str
+    owner: str
+    demand: Demand
+    profile: str
+    pool: str
+    enqueued_at: float
+    lease_expires_at: float
+    expected_runtime_s: float | None = None
+    skips: int = 0
+    reason: str = ""
+    reservation_id: str | None = None
+    round: str | None = None
+    left_at: float | None = None
+
+    def waiting(self, now: float) -> Waiting:
+        """The entry as the queue policies see it."""
+        return Waiting(self.demand, self.enqueued_at, now - self.enqueued_at, self.skips, self.expected_runtime_s, self.pool)
+
+    def status(self, now: float) -> str:
+        if self.reservation_id is not None:
+            return "booked"
+        if self.left_at is not None:
+            return "left"
+        return "waiting" if self.lease_expires_at > now else "expired"
+
+
+@dataclass(frozen=True)
+class RoundBooking:
+    """What a scheduling round books for one queued entry."""
+
+    entry_id: str
+    bookings: tuple[Booking, ...]
+    note: DecisionNote
+
+
+_QUEUE_COLUMNS = ("entry_id, owner, demand, profile, pool, enqueued_at, lease_expires_at, expected_runtime_s, skips, "
+                  "reason, reservation_id, round, left_at")
+
+
 class SqliteLedger:
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -127,25 +192,96 @@ class SqliteLedger:
     ) -> Reservation:
         """Book every slot or none, journaling ``note`` with them; raise LedgerConflictError if anyone
         wrote since ``expected_version``."""
-        reservation_id = uuid.uuid4().hex
-        expires = now + lease_s
         with self._write() as conn:
-            version = conn.execute("SELECT version FROM ledger_version").fetchone()[0]
-            if version != expected_version:
-                raise LedgerConflictError(f"ledger at version {version}, decision made at {expected_version}")
-            conn.executemany(
-                "INSERT INTO reservations (reservation_id, gpu_id, job_id, owner, util, util_p90, mem_mib, created_at, "
-                "lease_expires_at, signature) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (reservation_id, b.gpu_id, job_id, owner, b.util, b.util_p90, b.mem_mib, now, expires, _text(b.signature))
-                    for b in bookings
-                ],
-            )
-            if note is not None:
-                conn.execute("INSERT INTO decisions (reservation_id, profile, reason, explanation) VALUES (?, ?, ?, ?)",
-                             (reservation_id, note.profile, note.reason, note.explanation))
+            _check_version(conn, expected_version)
+            reservation = _insert_reservation(conn, job_id, owner, bookings, now, now + lease_s, note)
             conn.execute("UPDATE ledger_version SET version = version + 1")
-        return Reservation(reservation_id, job_id, owner, tuple(b.gpu_id for b in bookings), expires)
+        return reservation
+
+    def enqueue(self, owner: str, demand: Demand, profile: str, pool: str, now: float, lease_s: float,
+                expected_runtime_s: float | None = None) -> QueueEntry:
+        """Queue ``owner``'s demand; an entry an earlier try of the owner left waiting leaves the queue.
+        Bumps the version, so a round decided without this entry decides again."""
+        entry = QueueEntry(uuid.uuid4().hex, owner, demand, profile, pool, now, now + lease_s, expected_runtime_s)
+        with self._write() as conn:
+            conn.execute("UPDATE queue SET left_at = ?, reason = 'replaced by a later try' "
+                         "WHERE owner = ? AND left_at IS NULL AND reservation_id IS NULL", (now, owner))
+            conn.execute(f"INSERT INTO queue (job_id, {_QUEUE_COLUMNS}) VALUES ({', '.join('?' * 14)})",
+                         (demand.job_id, entry.entry_id, owner, json.dumps(demand.to_dict()), profile, pool, now,
+                          entry.lease_expires_at, expected_runtime_s, 0, "", None, None, None))
+            conn.execute("UPDATE ledger_version SET version = version + 1")
+        return entry
+
+    def queue(self, now: float) -> tuple[int, list[QueueEntry]]:
+        """The ledger version and the entries waiting now (unbooked, not left, lease live), oldest first."""
+        with closing(self._connect()) as conn:
+            conn.execute("BEGIN")
+            version = conn.execute("SELECT version FROM ledger_version").fetchone()[0]
+            rows = conn.execute(f"SELECT {_QUEUE_COLUMNS} FROM queue WHERE left_at IS NULL AND reservation_id IS NULL "
+                                "AND lease_expires_at > ? ORDER BY enqueued_at, entry_id", (now,)).fetchall()
+            conn.execute("COMMIT")
+        return version, [_entry(row) for row in rows]
+
+    def queue_entry(self, entry_id: str) -> QueueEntry | None:
+        with closing(self._connect()) as conn:
+            row = conn.execute(f"SELECT {_QUEUE_COLUMNS} FROM queue WHERE entry_id = ?", (entry_id,)).fetchone()
+        return _entry(row) if row else None
+
+    def book_round(self, expected_version: int, round_id: str, bookings: list[RoundBooking], held: dict[str, str],
+                   skips: dict[str, int], now: float, lease_s: float) -> list[Reservation]:
+        """Book every entry a round chose, and note why the others wait, in one compare-and-swap: raise
+        LedgerConflictError if anyone wrote since ``expected_version`` (the round is then run again)."""
+        with self._write() as conn:
+            _check_version(conn, expected_version)
+            reservations = []
+            for chosen in bookings:
+                entry = _entry(conn.execute(f"SELECT {_QUEUE_COLUMNS} FROM queue WHERE entry_id = ?",
+                                            (chosen.entry_id,)).fetchone())
+                reservation = _insert_reservation(conn, entry.demand.job_id, entry.owner, list(chosen.bookings), now,
+                                                  now + lease_s, chosen.note)
+                conn.execute("UPDATE queue SET reservation_id = ?, round = ?, reason = ? WHERE entry_id = ?",
+                             (reservation.reservation_id, round_id, chosen.note.reason, chosen.entry_id))
+                reservations.append(reservation)
+            conn.executemany("UPDATE queue SET reason = ?, skips = ? WHERE entry_id = ?",
+                             [(reason, skips.get(entry_id, 0), entry_id) for entry_id, reason in held.items()])
+            if reservations:
+                conn.execute("UPDATE ledger_version SET version = version + 1")
+        return reservations
+
+    def reservation(self, reservation_id: str) -> Reservation | None:
+        with closing(self._connect()) as conn:
+            rows = conn.execute("SELECT job_id, owner, gpu_id, lease_expires_at FROM reservations WHERE reservation_id = ? "
+                                "ORDER BY rowid", (reservation_id,)).fetchall()
+        if not rows:
+            return None
+        return Reservation(reservation_id, rows[0][0], rows[0][1], tuple(r[2] for r in rows), float(rows[0][3]))
+
+    def renew_entry(self, entry_id: str, now: float, lease_s: float) -> bool:
+        """Keep a waiting entry alive; False if it was booked, left or had expired."""
+        with self._write() as conn:
+            cursor = conn.execute("UPDATE queue SET lease_expires_at = ? WHERE entry_id = ? AND left_at IS NULL "
+                                  "AND reservation_id IS NULL AND lease_expires_at > ?", (now + lease_s, entry_id, now))
+            return cursor.rowcount > 0
+
+    def take(self, entry_id: str, now: float) -> None:
+        """The entry's task has its booking: it leaves the queue (idempotent)."""
+        with self._write() as conn:
+            conn.execute("UPDATE queue SET left_at = ? WHERE entry_id = ? AND left_at IS NULL", (now, entry_id))
+
+    def leave(self, entry_id: str, now: float, reason: str) -> bool:
+        """The entry's task gives up (killed, cleared, timed out): it leaves the queue, and a booking a
+        round made for it that it never took is released. True if this call changed anything."""
+        with self._write() as conn:
+            row = conn.execute("SELECT reservation_id FROM queue WHERE entry_id = ? AND left_at IS NULL",
+                               (entry_id,)).fetchone()
+            if row is None:
+                return False
+            conn.execute("UPDATE queue SET left_at = ?, reason = ? WHERE entry_id = ?", (now, reason, entry_id))
+            if row[0] is not None:
+                conn.execute("UPDATE reservations SET released_at = ? WHERE reservation_id = ? AND released_at IS NULL",
+                             (now, row[0]))
+            conn.execute("UPDATE ledger_version SET version = version + 1")
+            return True
 
     def renew(self, reservation_id: str, now: float, lease_s: float) -> bool:
         """Extend a live lease; False if it was released or had already expired."""
@@ -291,6 +427,36 @@ def _active(conn: sqlite3.Connection, now: float) -> tuple[int, dict[str, list[R
     for gpu_id, job_id, util, util_p90, mem, signature in rows:
         residents.setdefault(gpu_id, []).append(Resident(job_id, util, util_p90, mem, _signature(signature)))
     return version, residents
+
+
+def _check_version(conn: sqlite3.Connection, expected_version: int) -> None:
+    version = conn.execute("SELECT version FROM ledger_version").fetchone()[0]
+    if version != expected_version:
+        raise LedgerConflictError(f"ledger at version {version}, decision made at {expected_version}")
+
+
+def _insert_reservation(conn: sqlite3.Connection, job_id: str, owner: str, bookings: list[Booking], now: float,
+                        expires: float, note: DecisionNote | None) -> Reservation:
+    reservation_id = uuid.uuid4().hex
+    conn.executemany(
+        "INSERT INTO reservations (reservation_id, gpu_id, job_id, owner, util, util_p90, mem_mib, created_at, "
+        "lease_expires_at, signature) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [(reservation_id, b.gpu_id, job_id, owner, b.util, b.util_p90, b.mem_mib, now, expires, _text(b.signature))
+         for b in bookings],
+    )
+    if note is not None:
+        conn.execute("INSERT INTO decisions (reservation_id, profile, reason, explanation) VALUES (?, ?, ?, ?)",
+                     (reservation_id, note.profile, note.reason, note.explanation))
+    return Reservation(reservation_id, job_id, owner, tuple(b.gpu_id for b in bookings), expires)
+
+
+def _entry(row: tuple[object, ...]) -> QueueEntry:
+    (entry_id, owner, demand, profile, pool, enqueued, expires, runtime, skips, reason, reservation_id, round_id,
+     left_at) = row
+    return QueueEntry(str(entry_id), str(owner), Demand.from_dict(json.loads(str(demand))), str(profile), str(pool),
+                      float(enqueued), float(expires), None if runtime is None else float(runtime), int(skips),
+                      str(reason), None if reservation_id is None else str(reservation_id),
+                      None if round_id is None else str(round_id), None if left_at is None else float(left_at))
 
 
 def _text(signature: Signature) -> str:

@@ -20,7 +20,9 @@ from pathlib import Path
 from horus_airflow.backends.ledger import (
     Booking,
     DecisionNote,
+    QueueEntry,
     Reservation,
+    RoundBooking,
     SqliteLedger,
 )
 from horus_airflow.errors import InventoryError
@@ -125,6 +127,35 @@ class LocalBackend:
 
     def renew(self, reservation: Reservation) -> bool:
         return self.ledger.renew(reservation.reservation_id, self.clock(), self.settings.lease_seconds)
+
+    def now(self) -> float:
+        return self.clock()
+
+    def enqueue(self, owner: str, demand: Demand, profile: str, pool: str = "default",
+                expected_runtime_s: float | None = None) -> QueueEntry:
+        return self.ledger.enqueue(owner, demand, profile, pool, self.clock(), self.settings.lease_seconds, expected_runtime_s)
+
+    def queue(self) -> tuple[int, list[QueueEntry]]:
+        return self.ledger.queue(self.clock())
+
+    def queue_entry(self, entry_id: str) -> QueueEntry | None:
+        return self.ledger.queue_entry(entry_id)
+
+    def book_round(self, version: int, round_id: str, bookings: list[RoundBooking], held: dict[str, str],
+                   skips: dict[str, int]) -> list[Reservation]:
+        return self.ledger.book_round(version, round_id, bookings, held, skips, self.clock(), self.settings.lease_seconds)
+
+    def reservation(self, reservation_id: str) -> Reservation | None:
+        return self.ledger.reservation(reservation_id)
+
+    def renew_entry(self, entry_id: str) -> bool:
+        return self.ledger.renew_entry(entry_id, self.clock(), self.settings.lease_seconds)
+
+    def take(self, entry_id: str) -> None:
+        self.ledger.take(entry_id, self.clock())
+
+    def leave(self, entry_id: str, reason: str) -> bool:
+        return self.ledger.leave(entry_id, self.clock(), reason)
 
     def release(self, reservation: Reservation) -> bool:
         return self.ledger.release(reservation.reservation_id, self.clock())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Any, Mapping
 
 from horus_airflow.errors import InvalidDemandError, NoPlacementError
 from horus_airflow.features.gpus import GPU_SPECS
@@ -55,6 +55,18 @@ class Demand:
         """One line for placement explanations."""
         extra = "; ".join((*(("low confidence",) if self.confidence == "low" else ()), *self.notes))
         return f"predicted by {self.predictor}" + (f" ({extra})" if extra else "")
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON form, as a queued job keeps it in the ledger."""
+        return {"job_id": self.job_id, "gpus": self.gpus,
+                "per_type": {t: [d.util, d.util_p90, d.mem_mib] for t, d in self.per_type.items()},
+                "predictor": self.predictor, "confidence": self.confidence, "notes": list(self.notes),
+                "signature": list(self.signature)}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Demand:
+        return cls(raw["job_id"], int(raw["gpus"]), {t: GpuDemand(*values) for t, values in raw["per_type"].items()},
+                   raw["predictor"], raw["confidence"], tuple(raw["notes"]), tuple(float(x) for x in raw["signature"]))
 
     def on(self, gpu_type: str) -> GpuDemand:
         try:

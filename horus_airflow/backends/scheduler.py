@@ -1,0 +1,225 @@
+"""The live scheduler: one queue for every waiting task, and scheduling rounds that book from it.
+
+A task that asks for GPUs joins the queue in the ledger; a round reads the queue and the cluster at one
+ledger version, runs :func:`~horus_airflow.placement.rounds.scheduling_round` (the simulator's
+``schedule()`` and ``place()``) for each profile the waiting entries name, oldest first, and books every
+chosen entry in one compare-and-swap. Any process may run a round (every waiting task does, each time
+it looks at its entry): two rounds on one version cannot both book, the loser reads again and decides
+again. So the order in which tasks start is the queue policy's, not whichever task polled first.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Protocol, runtime_checkable
+
+from horus_airflow.backends.ledger import Booking, DecisionNote, QueueEntry, Reservation, RoundBooking
+from horus_airflow.errors import LedgerConflictError, NoPlacementError, ProfileError
+from horus_airflow.interference import InterferenceModel
+from horus_airflow.placement import ClusterState, Decision, Profile, load_profile
+from horus_airflow.placement.rounds import Chosen, scheduling_round
+from horus_airflow.predictor.demand import Demand
+
+from horus_airflow.backends.base import Acquired, Backend, refuse_unplaceable
+
+log = logging.getLogger(__name__)
+
+ROUND_ATTEMPTS = 5
+
+
+@runtime_checkable
+class QueueingBackend(Backend, Protocol):
+    """A backend whose ledger also keeps the queue (the local backend's SQLite file)."""
+
+    def enqueue(self, owner: str, demand: Demand, profile: str, pool: str = "default",
+                expected_runtime_s: float | None = None) -> QueueEntry: ...
+
+    def queue(self) -> tuple[int, list[QueueEntry]]:
+        """The ledger version and the entries waiting now, oldest first."""
+        ...
+
+    def queue_entry(self, entry_id: str) -> QueueEntry | None: ...
+
+    def book_round(self, version: int, round_id: str, bookings: list[RoundBooking], held: dict[str, str],
+                   skips: dict[str, int]) -> list[Reservation]: ...
+
+    def reservation(self, reservation_id: str) -> Reservation | None: ...
+
+    def renew_entry(self, entry_id: str) -> bool: ...
+
+    def take(self, entry_id: str) -> None: ...
+
+    def leave(self, entry_id: str, reason: str) -> bool: ...
+
+    def now(self) -> float:
+        """The ledger's clock (wall time: entries and leases are written in it)."""
+        ...
+
+
+@dataclass(frozen=True)
+class RoundOutcome:
+    """What one round booked (entry, reservation, decision) and how often it had to decide again."""
+
+    round_id: str
+    booked: tuple[tuple[QueueEntry, Reservation, Decision], ...]
+    waiting: int
+    conflicts: int
+
+
+@functools.cache
+def _named_profile(name: str) -> Profile:
+    return load_profile(name)
+
+
+def run_round(
+    backend: QueueingBackend,
+    interference: InterferenceModel | None = None,
+    profiles: Callable[[str], Profile] = _named_profile,
+    credits: Mapping[str, float] | None = None,
+) -> RoundOutcome:
+    """One scheduling round over the whole queue. Entries are grouped by the profile they were queued
+    with; the group holding the oldest entry goes first, each on the state the earlier left."""
+    round_id = uuid.uuid4().hex[:12]
+    conflicts = 0
+    for _ in range(ROUND_ATTEMPTS):
+        state = backend.snapshot()
+        version, entries = backend.queue()
+        if version != state.version:  # something was written between the two reads
+            conflicts += 1
+            continue
+        chosen, held, skips = _decide(entries, state, backend.now(), interference, profiles, credits)
+        by_id = {e.entry_id: e for e in entries}
+        bookings = [RoundBooking(entry_id, _bookings(c, state), _note(c, round_id)) for entry_id, c in chosen]
+        try:
+            reservations = backend.book_round(version, round_id, bookings, held, skips)
+        except LedgerConflictError as exc:
+            conflicts += 1
+            log.info("round %s: ledger conflict (%s), deciding again", round_id, exc)
+            continue
+        booked = tuple((by_id[entry_id], r, c.decision) for (entry_id, c), r in zip(chosen, reservations))
+        for entry, reservation, _ in booked:
+            log.info("round %s booked %s for %s", round_id, ",".join(reservation.gpu_ids), entry.owner)
+        return RoundOutcome(round_id, booked, len(entries) - len(booked), conflicts)
+    log.info("round %s gave up after %d conflicts: the next round decides", round_id, conflicts)
+    return RoundOutcome(round_id, (), -1, conflicts)
+
+
+def _decide(
+    entries: list[QueueEntry],
+    state: ClusterState,
+    now: float,
+    interference: InterferenceModel | None,
+    profiles: Callable[[str], Profile],
+    credits: Mapping[str, float] | None,
+) -> tuple[list[tuple[str, Chosen]], dict[str, str], dict[str, int]]:
+    groups: dict[str, list[QueueEntry]] = {}
+    for entry in entries:  # oldest first, so the group of the oldest entry comes first
+        groups.setdefault(entry.profile, []).append(entry)
+    chosen: list[tuple[str, Chosen]] = []
+    held: dict[str, str] = {}
+    skips: dict[str, int] = {}
+    for name, group in groups.items():
+        try:
+            profile = profiles(name)
+        except ProfileError as exc:
+            held.update({e.entry_id: f"profile {name!r} cannot be loaded here: {exc}" for e in group})
+            continue
+        entry_of = {e.demand.job_id: e.entry_id for e in group}
+        result = scheduling_round([e.waiting(now) for e in group], state, profile, interference, credits)
+        chosen += [(entry_of[c.job.demand.job_id], c) for c in result.chosen]
+        for h in result.held:
+            held[entry_of[h.job.demand.job_id]] = h.reason
+            skips[entry_of[h.job.demand.job_id]] = h.job.skips
+        state = result.state
+    return chosen, held, skips
+
+
+def _bookings(chosen: Chosen, state: ClusterState) -> tuple[Booking, ...]:
+    types = {g.gpu_id: g.gpu_type for g in state.gpus}
+    demand = chosen.job.demand
+    out = []
+    for gpu_id in chosen.decision.gpu_ids:
+        need = demand.on(types[gpu_id])
+        out.append(Booking(gpu_id, need.util, need.util_p90, need.mem_mib, demand.signature))
+    return tuple(out)
+
+
+def _note(chosen: Chosen, round_id: str) -> DecisionNote:
+    decision = chosen.decision
+    policy = decision.trace.profile.queue.name if decision.trace else "?"
+    return DecisionNote(decision.profile, f"{decision.reason} [round {round_id}, queue policy {policy}]",
+                        decision.explanation())
+
+
+def state_before(state: ClusterState, job_id: str) -> ClusterState:
+    """The cluster as the job's decision saw it: its own booking taken out."""
+    return ClusterState(tuple(replace(g, residents=tuple(r for r in g.residents if r.job_id != job_id)) for g in state.gpus),
+                        state.version, state.crashed_pairs)
+
+
+def wait_in_queue(
+    backend: QueueingBackend,
+    demand: Demand,
+    profile: Profile,
+    owner: str,
+    timeout_s: float,
+    interference: InterferenceModel | None = None,
+    state: ClusterState | None = None,
+    pool: str = "default",
+    expected_runtime_s: float | None = None,
+    poll_s: float = 2.0,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Acquired:
+    """Queue the demand and wait, blocking, until a round books it; every look at the entry runs a round
+    first. A demand no idle GPU could take is refused before it is queued. Whatever stops the wait (the
+    timeout, the task killed) takes the entry out of the queue and releases a booking it never took."""
+    started = clock()
+    refuse_unplaceable(demand, state if state is not None else backend.snapshot(), profile, interference)
+    entry = backend.enqueue(owner, demand, profile.name, pool, expected_runtime_s)
+    conflicts = 0
+    own = functools.partial(_own_profile, profile)
+    try:
+        while True:
+            outcome = run_round(backend, interference, own)
+            conflicts += outcome.conflicts
+            found = backend.queue_entry(entry.entry_id)
+            if found is not None and found.reservation_id is not None:
+                backend.take(entry.entry_id)
+                return booked_acquisition(backend, found, outcome, conflicts, clock() - started)
+            status = found.status(backend.now()) if found is not None else "gone"
+            if status != "waiting":
+                raise NoPlacementError(f"job {demand.job_id} left the queue ({status}): {found.reason if found else ''}")
+            if clock() - started >= timeout_s:
+                raise NoPlacementError(f"job {demand.job_id} not placed within {timeout_s:.0f} s: {found.reason}")
+            log.info("queued: %s", found.reason)
+            backend.renew_entry(entry.entry_id)
+            sleep(poll_s)
+    except BaseException as exc:
+        backend.leave(entry.entry_id, f"the task stopped waiting: {exc}"[:500])
+        raise
+
+
+def booked_acquisition(backend: QueueingBackend, entry: QueueEntry, outcome: RoundOutcome | None, conflicts: int,
+                       seconds: float) -> Acquired:
+    """The booking a round made for ``entry``, with its decision: this process's own if its round booked
+    it, else rebuilt from the ledger (the journaled reason; the candidates stay in the ledger's journal)."""
+    for booked_entry, reservation, decision in outcome.booked if outcome else ():
+        if booked_entry.entry_id == entry.entry_id:
+            state = decision.trace.state if decision.trace else state_before(backend.snapshot(), entry.demand.job_id)
+            return Acquired(decision, reservation, state, conflicts, seconds)
+    reservation = backend.reservation(entry.reservation_id or "")
+    if reservation is None:
+        raise NoPlacementError(f"the booking {entry.reservation_id} of job {entry.demand.job_id} is not in the ledger")
+    state = state_before(backend.snapshot(), entry.demand.job_id)
+    decision = Decision(entry.demand.job_id, entry.profile, reservation.gpu_ids, entry.reason, state.version)
+    return Acquired(decision, reservation, state, conflicts, seconds)
+
+
+def _own_profile(profile: Profile, name: str) -> Profile:
+    return profile if name == profile.name else _named_profile(name)

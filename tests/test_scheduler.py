@@ -1,0 +1,151 @@
+"""The live scheduler: the queue in the SQLite ledger, scheduling rounds with the simulator's schedule(),
+and the blocking wait through the queue (backends/scheduler.py, placement/rounds.py)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from horus_airflow.backends import LocalBackend
+from horus_airflow.backends.ledger import Booking, DecisionNote, RoundBooking
+from horus_airflow.backends.scheduler import QueueingBackend, run_round, wait_in_queue
+from horus_airflow.errors import LedgerConflictError, NoPlacementError
+from horus_airflow.placement import ClusterState, GpuState, Resident, Waiting, load_profile, schedule
+from horus_airflow.placement.rounds import scheduling_round
+from horus_airflow.predictor.demand import Demand, GpuDemand
+from horus_airflow.settings import Settings
+
+
+def _demand(job_id: str, util: float, gpus: int = 1, mem_mib: float = 4_000) -> Demand:
+    return Demand(job_id, gpus, {"a100-80gb": GpuDemand(util, min(100.0, util + 5), mem_mib)}, signature=(util,))
+
+
+def _cluster(gpus: int, busy: int = 0) -> ClusterState:
+    return ClusterState(tuple(
+        GpuState(f"n/{i}", "n", i, "a100-80gb", 81_920,
+                 residents=(Resident(f"held{i}", 100.0, 100.0, 80_000),) if i < busy else ())
+        for i in range(gpus)))
+
+
+@pytest.fixture
+def backend(horus_home: Path, monkeypatch: pytest.MonkeyPatch) -> LocalBackend:
+    monkeypatch.setenv("HORUS_LOCAL_GPUS", "2xa100-80gb")
+    return LocalBackend(Settings.from_env())
+
+
+def test_a_round_places_in_the_policy_order_each_on_the_state_the_last_left() -> None:
+    waiting = [Waiting(_demand(f"j{i}", util), float(i)) for i, util in enumerate([60, 30, 90, 20, 50, 10])]
+    profile = load_profile("horus-paper")  # look-ahead of five: lowest predicted utilization first
+    result = scheduling_round(waiting, _cluster(4), profile)
+    order = [c.job.demand.job_id for c in result.chosen]
+    expected, state, queue = [], _cluster(4), list(waiting)
+    while True:  # what the simulator does: schedule() again on the state with the last booking in it
+        done = schedule(queue, state, profile)
+        if done.job is None:
+            break
+        expected.append(done.job.demand.job_id)
+        queue = [w for w in queue if w is not done.job]
+        state = scheduling_round([done.job], state, profile).state
+    assert order == expected and order[0] == "j3"  # j5 (10 %) is the sixth: outside the window of five
+    assert sum(len(g.residents) for g in result.state.gpus) == len(order)
+    assert all(sum(r.util for r in g.residents) <= 200 for g in result.state.gpus)
+    assert {h.job.demand.job_id for h in result.held} == {f"j{i}" for i in range(6)} - set(order)
+
+
+def test_what_a_round_leaves_waiting_says_why_and_older_jobs_passed_over_count_a_skip() -> None:
+    waiting = [Waiting(_demand("big", 50, gpus=2), 0.0), Waiting(_demand("small", 50), 1.0)]
+    result = scheduling_round(waiting, _cluster(2, busy=1), load_profile("horus-paper"))
+    assert [c.job.demand.job_id for c in result.chosen] == ["small"]
+    [held] = result.held
+    assert held.job.demand.job_id == "big" and held.job.skips == 1 and held.reason
+    fifo = scheduling_round(waiting, _cluster(2, busy=1), load_profile("exclusive"))  # head of line: nothing overtakes
+    assert fifo.chosen == () and [h.job.demand.job_id for h in fifo.held] == ["big", "small"]
+    assert "waits its turn: the fifo queue policy" in fifo.held[1].reason
+
+
+def test_the_queue_survives_in_the_ledger_and_a_round_books_it_in_one_swap(backend: LocalBackend) -> None:
+    first = backend.enqueue("d/a/r/-1", _demand("a", 40), "exclusive")
+    second = backend.enqueue("d/b/r/-1", _demand("b", 40), "exclusive")
+    third = backend.enqueue("d/c/r/-1", _demand("c", 40), "exclusive")
+    reopened = LocalBackend(backend.settings)  # another process, or this one after a restart
+    version, entries = reopened.queue()
+    assert [e.entry_id for e in entries] == [first.entry_id, second.entry_id, third.entry_id]
+    assert entries[0].demand == _demand("a", 40) and version == reopened.snapshot().version
+    outcome = run_round(reopened)
+    assert [e.entry_id for e, _, _ in outcome.booked] == [first.entry_id, second.entry_id] and outcome.waiting == 1
+    assert "round " + outcome.round_id in backend.queue_entry(first.entry_id).reason
+    waiting = backend.queue_entry(third.entry_id)
+    assert waiting.status(backend.now()) == "waiting" and waiting.reason.startswith("no feasible GPU (local/0: max-residents")
+    assert sorted(r.job_id for g in backend.snapshot().gpus for r in g.residents) == ["a", "b"]
+
+
+def test_two_rounds_on_one_version_never_both_book(backend: LocalBackend) -> None:
+    backend.enqueue("d/a/r/-1", _demand("a", 40), "exclusive")
+    state = backend.snapshot()
+    version, entries = backend.queue()
+    run_round(backend)  # another process's round wins the version
+    stale = RoundBooking(entries[0].entry_id, (Booking("local/1", 40, 45, 4_000),), DecisionNote("exclusive", "stale", "{}"))
+    with pytest.raises(LedgerConflictError):
+        backend.book_round(version, "late", [stale], {}, {})
+    assert version == state.version
+    assert sum(len(g.residents) for g in backend.snapshot().gpus) == 1
+
+
+def test_a_task_that_stops_waiting_leaves_the_queue_and_frees_a_booking_it_never_took(backend: LocalBackend) -> None:
+    hold = backend.ledger.reserve(0, "held", "d/h/r/-1", [Booking("local/0", 100, 100, 70_000), Booking("local/1", 100, 100, 70_000)],
+                                  backend.now(), 600)
+    profile = load_profile("exclusive")
+    with pytest.raises(NoPlacementError, match="not placed within 0 s"):
+        wait_in_queue(backend, _demand("late", 30), profile, "d/late/r/-1", 0.0, sleep=lambda s: None)
+    assert backend.queue()[1] == []
+    entry = backend.enqueue("d/x/r/-1", _demand("x", 30), "exclusive")
+    backend.release(hold)
+    run_round(backend)
+    assert backend.queue_entry(entry.entry_id).status(backend.now()) == "booked"
+    assert backend.leave(entry.entry_id, "the task was cleared")
+    assert all(not g.residents for g in backend.snapshot().gpus)
+
+
+def test_a_demand_no_idle_gpu_could_take_is_refused_before_it_is_queued(backend: LocalBackend) -> None:
+    with pytest.raises(NoPlacementError, match="cannot fit even on idle GPUs"):
+        wait_in_queue(backend, _demand("huge", 30, gpus=3), load_profile("exclusive"), "d/h/r/-1", 60)
+    assert backend.queue()[1] == [] and backend.queue_entry("nothing") is None
+
+
+def test_an_entry_whose_owner_died_expires_with_its_lease(backend: LocalBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    entry = backend.enqueue("d/dead/r/-1", _demand("dead", 30), "exclusive")
+    later = backend.now() + backend.settings.lease_seconds + 1
+    monkeypatch.setattr(backend, "clock", lambda: later)
+    assert backend.queue()[1] == [] and backend.queue_entry(entry.entry_id).status(later) == "expired"
+    assert run_round(backend).booked == () and all(not g.residents for g in backend.snapshot().gpus)
+    assert isinstance(backend, QueueingBackend)
+
+
+def _worker(home: str, name: str, hold_s: float) -> None:
+    os.environ["HORUS_HOME"], os.environ["HORUS_LOCAL_GPUS"] = home, "2xa100-80gb"
+    backend = LocalBackend(Settings.from_env())
+    acquired = wait_in_queue(backend, _demand(name, 60), load_profile("exclusive"), f"d/{name}/r/-1", 120, poll_s=0.05)
+    time.sleep(hold_s)
+    backend.release(acquired.reservation)
+
+
+@pytest.mark.integration
+def test_many_processes_waiting_at_once_never_share_an_exclusive_gpu(horus_home: Path) -> None:
+    context = multiprocessing.get_context("spawn")
+    workers = [context.Process(target=_worker, args=(str(horus_home), f"job{i}", 0.2)) for i in range(8)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(180)
+    assert [w.exitcode for w in workers] == [0] * 8
+    with sqlite3.connect(horus_home / "ledger.sqlite") as conn:
+        rows = conn.execute("SELECT gpu_id, created_at, released_at FROM reservations ORDER BY gpu_id, created_at").fetchall()
+        left = conn.execute("SELECT COUNT(*) FROM queue WHERE left_at IS NULL").fetchone()[0]
+    assert len(rows) == 8 and left == 0
+    for (gpu, _, released), (next_gpu, created, _) in zip(rows, rows[1:]):
+        assert gpu != next_gpu or created >= released, "two jobs held one exclusive GPU at once"
