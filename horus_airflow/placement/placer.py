@@ -95,15 +95,15 @@ class Decision:
 
     def to_dict(self, top: int | None = None) -> dict[str, Any]:
         """JSON form; ``top`` keeps only the chosen GPUs and the ``top`` cheapest other candidates, and
-        counts the rejected GPUs by the first filter each failed (``rejected``)."""
-        candidates = self.candidates
+        counts the rejected GPUs by the first filter each failed (``rejected``). With ``top`` only those
+        candidates are built, so the compact form costs little on a cluster of thousands of GPUs."""
+        candidates = self.candidates if top is None else ()
         summary = {}
-        if top is not None:
-            chosen = [c for c in candidates if c.gpu_id in self.gpu_ids]
-            others = sorted((c for c in candidates if c.passed and c.gpu_id not in self.gpu_ids), key=lambda c: c.cost or 0.0)
-            rejected = Counter(next(name for name, v in c.verdicts if not v.passed) for c in candidates if not c.passed)
-            candidates = (*chosen, *others[:top])
-            summary = {"rejected": dict(rejected.most_common())}
+        if top is not None and self.trace is not None:
+            candidates, rejected = _compact(self.trace, self.gpu_ids, top)
+            summary = {"rejected": rejected}
+        elif top is not None:
+            summary = {"rejected": {}}
         return {
             "job_id": self.job_id, "profile": self.profile, "gpu_ids": list(self.gpu_ids), "reason": self.reason,
             "state_version": self.state_version, "cost": self.cost, "candidates": [c.to_dict() for c in candidates],
@@ -306,28 +306,59 @@ def _why_not(demand: Demand, alive: np.ndarray, trace: _Trace) -> str:
 
 
 def _candidates(trace: _Trace, limit: int | None = None) -> tuple[Candidate, ...]:
-    out = []
+    return tuple(_candidate(trace, i) for i in range(len(trace.state.gpus[:limit])))
+
+
+def _compact(trace: _Trace, gpu_ids: tuple[str, ...], top: int) -> tuple[tuple[Candidate, ...], dict[str, int]]:
+    """The chosen GPUs' candidates, the ``top`` cheapest others that passed, and the rejected GPUs counted
+    by the first plugin that rejected each (most first; ties in GPU order), from the trace's arrays."""
+    gpus = trace.state.gpus
+    chosen = set(gpu_ids)
+    chosen_at = [i for i, gpu in enumerate(gpus) if gpu.gpu_id in chosen]
+    passed = trace.first_failure == -1
+    passed[chosen_at] = False
+    others = np.flatnonzero(passed)
+    others = others[np.argsort(trace.total[others], kind="stable")[:top]]
     filters = trace.profile.filters
-    for i, gpu in enumerate(trace.state.gpus[:limit]):
-        failed_at = int(trace.first_failure[i])
-        if failed_at == -2:
-            out.append(Candidate(gpu.gpu_id, gpu.gpu_type, (("prediction", Verdict(False, "no prediction for this GPU type")),)))
+    first_seen: dict[str, int] = {}
+    counts: Counter[str] = Counter()
+    codes, first, number = np.unique(trace.first_failure, return_index=True, return_counts=True)
+    for code, at, n in zip(codes.tolist(), first.tolist(), number.tolist()):
+        if code == -2:
+            name = "prediction"
+        elif 0 <= code < len(filters):
+            name = filters[code].name
+        else:
             continue
-        checked = len(filters) if failed_at < 0 or failed_at >= len(filters) else failed_at + 1
-        verdicts = []
-        for position in range(checked):
-            result = trace.filters[position]
-            passed = bool(result.passed[i])
-            values = {k: float(v[i]) for k, v in result.values.items()}
-            verdicts.append((filters[position].name, Verdict(passed, filters[position].describe(passed, values))))
-        row = trace.shortlist_rows.get(i)
-        if row is not None:
-            verdicts.append(trace.shortlist_verdicts[row])
-        if not all(v.passed for _, v in verdicts):
-            out.append(Candidate(gpu.gpu_id, gpu.gpu_type, tuple(verdicts)))
-            continue
-        parts = {k: float(v[i]) for k, v in trace.parts.items()}
-        if row is not None:
-            parts.update({k: float(v[row]) for k, v in trace.shortlist_parts.items()})
-        out.append(Candidate(gpu.gpu_id, gpu.gpu_type, tuple(verdicts), float(trace.total[i]), parts))
-    return tuple(out)
+        counts[name] += n
+        first_seen[name] = min(first_seen.get(name, at), at)
+    for i in np.flatnonzero(trace.first_failure == len(filters)).tolist():
+        name = trace.shortlist_verdicts[trace.shortlist_rows[i]][0]
+        counts[name] += 1
+        first_seen.setdefault(name, i)
+    rejected = dict(sorted(counts.items(), key=lambda item: (-item[1], first_seen[item[0]])))
+    return tuple(_candidate(trace, i) for i in (*chosen_at, *others.tolist())), rejected
+
+
+def _candidate(trace: _Trace, i: int) -> Candidate:
+    gpu = trace.state.gpus[i]
+    filters = trace.profile.filters
+    failed_at = int(trace.first_failure[i])
+    if failed_at == -2:
+        return Candidate(gpu.gpu_id, gpu.gpu_type, (("prediction", Verdict(False, "no prediction for this GPU type")),))
+    checked = len(filters) if failed_at < 0 or failed_at >= len(filters) else failed_at + 1
+    verdicts = []
+    for position in range(checked):
+        result = trace.filters[position]
+        passed = bool(result.passed[i])
+        values = {k: float(v[i]) for k, v in result.values.items()}
+        verdicts.append((filters[position].name, Verdict(passed, filters[position].describe(passed, values))))
+    row = trace.shortlist_rows.get(i)
+    if row is not None:
+        verdicts.append(trace.shortlist_verdicts[row])
+    if not all(v.passed for _, v in verdicts):
+        return Candidate(gpu.gpu_id, gpu.gpu_type, tuple(verdicts))
+    parts = {k: float(v[i]) for k, v in trace.parts.items()}
+    if row is not None:
+        parts.update({k: float(v[row]) for k, v in trace.shortlist_parts.items()})
+    return Candidate(gpu.gpu_id, gpu.gpu_type, tuple(verdicts), float(trace.total[i]), parts)
