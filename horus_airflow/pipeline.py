@@ -11,8 +11,10 @@ from dataclasses import dataclass
 from typing import Callable
 
 from horus_airflow.backends import Acquired, LocalBackend
+from horus_airflow.backends.ledger import QueueEntry
 from horus_airflow.backends.local import LaunchedJob
-from horus_airflow.errors import InvalidJobError
+from horus_airflow.backends.scheduler import booked_acquisition
+from horus_airflow.errors import InvalidJobError, NoPlacementError
 from horus_airflow.jobs import JobSpec, require_trainer
 from horus_airflow.placement import GpuState
 from horus_airflow.predictor import Demand, GpuDemand
@@ -70,16 +72,73 @@ def run_job(
     on_launch: Callable[[LaunchedJob], None] | None = None,
     backend: LocalBackend | None = None,
 ) -> JobOutcome:
-    """Run one job end to end. Bad input fails before anything is reserved or logged; once a GPU is
-    reserved it is released whatever happens."""
+    """Run one job end to end, waiting (blocking) in the queue for its GPUs. Bad input fails before
+    anything is reserved or logged; once a GPU is reserved it is released whatever happens."""
     backend = backend or LocalBackend(settings)
     service = PlacementService(settings, profile_name, backend)
-    command = training_command(spec)
+    training_command(spec)  # a job that cannot be launched fails before it waits
     job = service.plan(spec, f"{spec.display_name}-{uuid.uuid4().hex[:8]}", [g.gpu_type for g in backend.gpus])
     acquired = service.book(job.demand, owner, placement_timeout_s)
+    return run_booked(job, acquired, settings, backend, service.interference_label, owner, context_tags, on_launch)
+
+
+@dataclass(frozen=True)
+class QueuedJob:
+    """A job planned and queued; ``acquired`` when the first round already booked it."""
+
+    job: Planned
+    entry: QueueEntry
+    acquired: Acquired | None
+    interference_label: str
+
+
+def queue_job(spec: JobSpec, settings: Settings, owner: str, profile_name: str | None = None,
+              backend: LocalBackend | None = None) -> QueuedJob:
+    """Plan the job, queue it and look once: what a deferrable task does before it defers."""
+    backend = backend or LocalBackend(settings)
+    service = PlacementService(settings, profile_name, backend)
+    training_command(spec)
+    job = service.plan(spec, f"{spec.display_name}-{uuid.uuid4().hex[:8]}", [g.gpu_type for g in backend.gpus])
+    entry = service.enqueue(job.demand, owner)
+    try:
+        seen = service.look(entry.entry_id)
+        acquired = service.take(seen) if seen.status == "booked" else None
+    except BaseException as exc:
+        backend.leave(entry.entry_id, f"the task stopped waiting: {exc}"[:500])
+        raise
+    return QueuedJob(job, entry, acquired, service.interference_label)
+
+
+def resume_job(
+    spec: JobSpec,
+    settings: Settings,
+    entry_id: str,
+    owner: str,
+    waited_s: float = 0.0,
+    context_tags: dict[str, str] | None = None,
+    on_launch: Callable[[LaunchedJob], None] | None = None,
+    backend: LocalBackend | None = None,
+) -> JobOutcome:
+    """Run a queued job whose entry a round has booked (the trigger said so): take the booking, then run
+    as :func:`run_job` does. The demand is the queued one, so the booking and the job's record agree."""
+    backend = backend or LocalBackend(settings)
+    entry = backend.queue_entry(entry_id)
+    if entry is None or entry.reservation_id is None:
+        raise NoPlacementError(f"queue entry {entry_id} has no booking ({entry.status(backend.now()) if entry else 'gone'})")
+    backend.take(entry_id)
+    acquired = booked_acquisition(backend, entry, None, 0, waited_s)
+    job = Planned(spec, entry.demand.job_id, spec.features(), entry.demand)
+    label = PlacementService(settings, entry.profile, backend).interference_label
+    return run_booked(job, acquired, settings, backend, label, owner, context_tags, on_launch)
+
+
+def run_booked(job: Planned, acquired: Acquired, settings: Settings, backend: LocalBackend, interference_label: str,
+               owner: str, context_tags: dict[str, str] | None = None,
+               on_launch: Callable[[LaunchedJob], None] | None = None) -> JobOutcome:
+    """Launch a job on its booked GPUs, wait, release, log its profiling run."""
     log.info("placed %s: %s", job.job_id, acquired.decision.reason)
-    tags = {"horus.interference": service.interference_label, Tag.OWNER: owner, **(context_tags or {})}
-    [outcome] = _run_together([(job, command)], backend, acquired, settings, tags, on_launch)
+    tags = {"horus.interference": interference_label, Tag.OWNER: owner, **(context_tags or {})}
+    [outcome] = _run_together([(job, training_command(job.spec))], backend, acquired, settings, tags, on_launch)
     return outcome
 
 

@@ -20,6 +20,7 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": ["horus_airflow.operators.training", "horus_airflow.operators.kubernetes"],
             }
         ],
+        "triggers": [{"integration-name": "Horus", "python-modules": ["horus_airflow.triggers.booking"]}],
         "task-decorators": [
             {"name": "horus_kubernetes", "class-name": "horus_airflow.decorators.kubernetes.horus_kubernetes_task"}
         ],

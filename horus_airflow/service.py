@@ -14,7 +14,9 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Sequence
 
 from horus_airflow.backends.base import Acquired, Backend, acquire
-from horus_airflow.backends.scheduler import QueueingBackend, wait_in_queue
+from horus_airflow.errors import NoPlacementError
+from horus_airflow.backends.ledger import QueueEntry
+from horus_airflow.backends.scheduler import Look, QueueingBackend, booked_acquisition, enqueue_demand, look_at, wait_in_queue
 from horus_airflow.features.gpus import gpu_spec
 from horus_airflow.interference import InterferenceModel, signature
 from horus_airflow.jobs import JobSpec
@@ -83,6 +85,30 @@ class PlacementService:
         if self.backend is None:
             raise TypeError("this PlacementService has no backend to book on; give one, or use decide()")
         self.backend.reclaim(owner)
-        if isinstance(self.backend, QueueingBackend):
+        if isinstance(self.backend, QueueingBackend):  # the local backend: through the queue, in the policy's order
             return wait_in_queue(self.backend, demand, self.profile, owner, timeout_s, self.interference, state=state)
         return acquire(self.backend, demand, self.profile, owner, timeout_s, self.interference, state=state)
+
+    def enqueue(self, demand: Demand, owner: str) -> QueueEntry:
+        """Make the owner's earlier tries safe, then queue the demand (refused at once if no idle GPU could
+        take it) without waiting: a deferrable task waits in a trigger instead (:meth:`look`)."""
+        backend = self._queueing()
+        backend.reclaim(owner)
+        return enqueue_demand(backend, demand, self.profile, owner, self.interference)
+
+    def look(self, entry_id: str) -> Look:
+        """Run a scheduling round and read the entry back."""
+        return look_at(self._queueing(), entry_id, self.interference)
+
+    def take(self, look: Look, seconds: float = 0.0) -> Acquired:
+        """The booking a round made for a looked-at entry, now the task's."""
+        backend = self._queueing()
+        if look.entry is None or look.status != "booked":
+            raise NoPlacementError(f"queue entry not booked ({look.status}): {look.entry.reason if look.entry else ''}")
+        backend.take(look.entry.entry_id)
+        return booked_acquisition(backend, look.entry, look.outcome, look.outcome.conflicts, seconds)
+
+    def _queueing(self) -> QueueingBackend:
+        if not isinstance(self.backend, QueueingBackend):
+            raise TypeError(f"{type(self.backend).__name__} keeps no queue; use book()")
+        return self.backend

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from horus_airflow.backends import SqliteLedger
+from horus_airflow.backends.ledger import Reservation
 from horus_airflow.registry import profiling_runs
 from horus_airflow.settings import Settings
 from tests.conftest import DAGS_FOLDER, REPO, load_dag_file
@@ -138,3 +139,72 @@ def test_failing_job_releases_its_gpu_and_logs_a_failed_run(airflow_db: Path) ->
     (run,) = profiling_runs(Settings.from_env(), _run_failing_dag("failing"))
     assert run.info.status == "FAILED"
     assert run.data.tags["horus.exit_code"] == "3"
+
+
+def _hold_every_gpu(settings: Settings, lease_s: float) -> list[Reservation]:
+    from horus_airflow.backends import LocalBackend
+    from horus_airflow.backends.ledger import Booking
+
+    backend = LocalBackend(settings)
+    return [backend.ledger.reserve(backend.snapshot().version, f"holder{g.index}", f"other/{g.index}",
+                                   [Booking(g.gpu_id, 100, 100, 70_000)], backend.now(), lease_s) for g in backend.gpus]
+
+
+def test_a_deferrable_task_waits_in_the_triggerer_and_runs_when_a_round_books_it(airflow_db: Path) -> None:
+    """Both GPUs are busy when the task starts: it queues and defers (dag.test() runs the trigger in line);
+    3 s after it queued the holders are released, a round books the task, and it resumes, runs and releases."""
+    import sqlite3
+    import threading
+    import time
+
+    from horus_airflow.backends import LocalBackend
+
+    settings = Settings.from_env()
+    held = _hold_every_gpu(settings, 600)
+    backend = LocalBackend(settings)
+    stop = threading.Event()
+
+    def release_once_queued() -> None:
+        while not stop.is_set() and not any(e.owner.startswith("horus_test_deferrable/queued/") for e in backend.queue()[1]):
+            time.sleep(0.2)
+        stop.wait(3.0)
+        for reservation in held:
+            backend.release(reservation)
+
+    releaser = threading.Thread(target=release_once_queued)
+    releaser.start()
+    try:
+        dag_run = load_dag_file(DAGS_FOLDER / "horus_test_deferrable.py").waits.test()
+    finally:
+        stop.set()
+        releaser.join()
+    assert str(dag_run.state) == "success"
+    with sqlite3.connect(settings.ledger_path) as conn:
+        [(enqueued, left, reason, booked_at)] = conn.execute(
+            "SELECT q.enqueued_at, q.left_at, q.reason, r.created_at FROM queue q JOIN reservations r USING (reservation_id) "
+            "WHERE q.owner LIKE 'horus_test_deferrable/queued/%'").fetchall()
+    assert booked_at - enqueued >= 2.5 and left is not None and "[round " in reason
+    [run] = profiling_runs(settings, dag_run.run_id)
+    assert run.info.status == "FINISHED" and run.data.tags["horus.placement.profile"] == "exclusive"
+    assert _active_reservations(settings) == 0
+
+
+def test_a_deferrable_task_not_placed_by_its_timeout_fails_and_leaves_the_queue(airflow_db: Path) -> None:
+    import sqlite3
+
+    from horus_airflow.backends import LocalBackend
+
+    settings = Settings.from_env()
+    held = _hold_every_gpu(settings, 600)
+    try:
+        dag_run = load_dag_file(DAGS_FOLDER / "horus_test_deferrable.py").times_out.test()
+    finally:
+        for reservation in held:
+            LocalBackend(settings).release(reservation)
+    assert str(dag_run.state) == "failed"
+    with sqlite3.connect(settings.ledger_path) as conn:
+        rows = conn.execute("SELECT left_at, reason, reservation_id FROM queue "
+                            "WHERE owner LIKE 'horus_test_deferrable_timeout/never_placed/%'").fetchall()
+    assert rows and all(left is not None and booking is None for left, _, booking in rows)
+    assert any("not placed before its deadline" in reason for _, reason, _ in rows)
+    assert profiling_runs(settings, dag_run.run_id) == [] and _active_reservations(settings) == 0

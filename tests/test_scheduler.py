@@ -8,6 +8,7 @@ import os
 import sqlite3
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -19,6 +20,9 @@ from horus_airflow.placement import ClusterState, GpuState, Resident, Waiting, l
 from horus_airflow.placement.rounds import scheduling_round
 from horus_airflow.predictor.demand import Demand, GpuDemand
 from horus_airflow.settings import Settings
+
+if TYPE_CHECKING:
+    from horus_airflow.triggers import BookingTrigger
 
 
 def _demand(job_id: str, util: float, gpus: int = 1, mem_mib: float = 4_000) -> Demand:
@@ -149,3 +153,40 @@ def test_many_processes_waiting_at_once_never_share_an_exclusive_gpu(horus_home:
     assert len(rows) == 8 and left == 0
     for (gpu, _, released), (next_gpu, created, _) in zip(rows, rows[1:]):
         assert gpu != next_gpu or created >= released, "two jobs held one exclusive GPU at once"
+
+
+@pytest.mark.airflow
+def test_the_booking_trigger_survives_serialization_waits_fires_and_leaves_when_killed(backend: LocalBackend) -> None:
+    import asyncio
+
+    from horus_airflow.triggers import BookingTrigger
+
+    hold = backend.ledger.reserve(0, "held", "d/h/r/-1", [Booking("local/0", 100, 100, 70_000), Booking("local/1", 100, 100, 70_000)],
+                                  backend.now(), 600)
+    entry = backend.enqueue("d/t/r/-1", _demand("t", 30), "exclusive")
+    path, kwargs = BookingTrigger(entry.entry_id, time.time() + 60, poll_s=0.05).serialize()
+    assert path == "horus_airflow.triggers.booking.BookingTrigger" and kwargs["environment"]["HORUS_HOME"] == os.environ["HORUS_HOME"]
+    trigger = BookingTrigger(**kwargs)  # as the triggerer rebuilds it
+
+    async def release_later() -> None:
+        await asyncio.sleep(0.5)
+        backend.release(hold)
+
+    async def both() -> dict[str, object]:
+        _, payload = await asyncio.gather(release_later(), _first(trigger))
+        return payload
+
+    payload = asyncio.run(both())
+    assert payload["status"] == "booked" and payload["entry_id"] == entry.entry_id and payload["waited_s"] >= 0.4
+    killed = backend.enqueue("d/k/r/-1", _demand("k", 30, gpus=2), "exclusive")
+    asyncio.run(BookingTrigger(killed.entry_id, time.time() + 60).on_kill())
+    assert backend.queue_entry(killed.entry_id).status(backend.now()) == "left"
+    late = backend.enqueue("d/l/r/-1", _demand("l", 30, gpus=2), "exclusive")
+    expired = asyncio.run(_first(BookingTrigger(late.entry_id, time.time() - 1)))
+    assert expired["status"] == "timeout" and backend.queue_entry(late.entry_id).left_at is not None
+
+
+async def _first(trigger: "BookingTrigger") -> dict[str, object]:
+    async for event in trigger.run():
+        return event.payload
+    raise AssertionError("no event")

@@ -162,6 +162,74 @@ def state_before(state: ClusterState, job_id: str) -> ClusterState:
                         state.version, state.crashed_pairs)
 
 
+def enqueue_demand(
+    backend: QueueingBackend,
+    demand: Demand,
+    profile: Profile,
+    owner: str,
+    interference: InterferenceModel | None = None,
+    state: ClusterState | None = None,
+    pool: str = "default",
+    expected_runtime_s: float | None = None,
+) -> QueueEntry:
+    """Queue the demand; one no idle GPU could take is refused first (it would wait forever)."""
+    refuse_unplaceable(demand, state if state is not None else backend.snapshot(), profile, interference)
+    return backend.enqueue(owner, demand, profile.name, pool, expected_runtime_s)
+
+
+@dataclass(frozen=True)
+class Look:
+    """An entry as a round left it: ``status`` is the entry's (``booked``, ``waiting``, ``expired``,
+    ``left``) or ``gone`` when the ledger has no such entry."""
+
+    entry: QueueEntry | None
+    status: str
+    outcome: RoundOutcome
+
+
+def look_at(backend: QueueingBackend, entry_id: str, interference: InterferenceModel | None = None,
+            profiles: Callable[[str], Profile] = _named_profile) -> Look:
+    """Run a round, then read the entry: what a waiting task does each time it looks."""
+    outcome = run_round(backend, interference, profiles)
+    entry = backend.queue_entry(entry_id)
+    return Look(entry, entry.status(backend.now()) if entry is not None else "gone", outcome)
+
+
+def wait_for_booking(
+    backend: QueueingBackend,
+    entry: QueueEntry,
+    profile: Profile,
+    timeout_s: float,
+    interference: InterferenceModel | None = None,
+    poll_s: float = 2.0,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Acquired:
+    """Wait, blocking, until a round books the entry, renewing its lease. Whatever stops the wait (the
+    timeout, the task killed) takes the entry out of the queue and releases a booking it never took."""
+    started = clock()
+    conflicts = 0
+    own = functools.partial(_own_profile, profile)
+    try:
+        while True:
+            seen = look_at(backend, entry.entry_id, interference, own)
+            conflicts += seen.outcome.conflicts
+            if seen.status == "booked" and seen.entry is not None:
+                backend.take(entry.entry_id)
+                return booked_acquisition(backend, seen.entry, seen.outcome, conflicts, clock() - started)
+            reason = seen.entry.reason if seen.entry is not None else ""
+            if seen.status != "waiting":
+                raise NoPlacementError(f"job {entry.demand.job_id} left the queue ({seen.status}): {reason}")
+            if clock() - started >= timeout_s:
+                raise NoPlacementError(f"job {entry.demand.job_id} not placed within {timeout_s:.0f} s: {reason}")
+            log.info("queued: %s", reason)
+            backend.renew_entry(entry.entry_id)
+            sleep(poll_s)
+    except BaseException as exc:
+        backend.leave(entry.entry_id, f"the task stopped waiting: {exc}"[:500])
+        raise
+
+
 def wait_in_queue(
     backend: QueueingBackend,
     demand: Demand,
@@ -170,39 +238,16 @@ def wait_in_queue(
     timeout_s: float,
     interference: InterferenceModel | None = None,
     state: ClusterState | None = None,
-    pool: str = "default",
-    expected_runtime_s: float | None = None,
     poll_s: float = 2.0,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Acquired:
-    """Queue the demand and wait, blocking, until a round books it; every look at the entry runs a round
-    first. A demand no idle GPU could take is refused before it is queued. Whatever stops the wait (the
-    timeout, the task killed) takes the entry out of the queue and releases a booking it never took."""
+    """Queue the demand and wait, blocking, until a round books it (:func:`enqueue_demand`, then
+    :func:`wait_for_booking`)."""
     started = clock()
-    refuse_unplaceable(demand, state if state is not None else backend.snapshot(), profile, interference)
-    entry = backend.enqueue(owner, demand, profile.name, pool, expected_runtime_s)
-    conflicts = 0
-    own = functools.partial(_own_profile, profile)
-    try:
-        while True:
-            outcome = run_round(backend, interference, own)
-            conflicts += outcome.conflicts
-            found = backend.queue_entry(entry.entry_id)
-            if found is not None and found.reservation_id is not None:
-                backend.take(entry.entry_id)
-                return booked_acquisition(backend, found, outcome, conflicts, clock() - started)
-            status = found.status(backend.now()) if found is not None else "gone"
-            if status != "waiting":
-                raise NoPlacementError(f"job {demand.job_id} left the queue ({status}): {found.reason if found else ''}")
-            if clock() - started >= timeout_s:
-                raise NoPlacementError(f"job {demand.job_id} not placed within {timeout_s:.0f} s: {found.reason}")
-            log.info("queued: %s", found.reason)
-            backend.renew_entry(entry.entry_id)
-            sleep(poll_s)
-    except BaseException as exc:
-        backend.leave(entry.entry_id, f"the task stopped waiting: {exc}"[:500])
-        raise
+    entry = enqueue_demand(backend, demand, profile, owner, interference, state)
+    acquired = wait_for_booking(backend, entry, profile, timeout_s, interference, poll_s, clock, sleep)
+    return replace(acquired, seconds=clock() - started)
 
 
 def booked_acquisition(backend: QueueingBackend, entry: QueueEntry, outcome: RoundOutcome | None, conflicts: int,

@@ -75,8 +75,9 @@ def check_profile(profile: str | None) -> None:
         require_profile(profile)
 
 
-def check_placement_timeout(seconds: float) -> None:
+def check_placement_timeout(seconds: float, poll_interval: float = 2.0) -> None:
     try:
         in_range(seconds, "placement_timeout (seconds to wait for GPUs)", 0.0, above=True)
+        in_range(poll_interval, "poll_interval (seconds between looks at the queue)", 0.0, 600.0, above=True)
     except ValueError as exc:
         raise InvalidJobError(str(exc)) from None

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseOperator, Context
+from airflow.sdk import BaseOperator, Context, conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from horus_airflow.errors import HorusError, InvalidJobError, InventoryError, ProfileError
@@ -17,6 +19,8 @@ from horus_airflow.settings import Settings
 
 if TYPE_CHECKING:
     from horus_airflow.backends.local import LaunchedJob
+    from horus_airflow.jobs import JobSpec
+    from horus_airflow.pipeline import JobOutcome
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +42,10 @@ class HorusTrainingOperator(BaseOperator):
     :param profile: placement profile: ``exclusive``, ``gandiva-pack``, ``binpack``, ``spread``, ``horus-paper``,
         ``horus-ml`` (docs/PLACEMENT.md) or a YAML path; default ``HORUS_PROFILE`` or ``horus-paper``.
     :param placement_timeout: seconds to wait for a GPU before failing.
+    :param deferrable: while its job is queued, wait in the triggerer (:class:`~horus_airflow.triggers.BookingTrigger`),
+        holding no worker slot; ``False`` waits in the worker. Default: Airflow's
+        ``[operators] default_deferrable``. Either way the job waits in the ledger's queue, and a
+        scheduling round books it in the queue policy's order (docs/SCHEDULER.md).
 
     Every argument that is not a template is checked when the DAG file is parsed (without PyTorch), so
     a mistake is the DAG's import error; bad input found when the task runs fails it without retries.
@@ -61,13 +69,15 @@ class HorusTrainingOperator(BaseOperator):
         command: list[str] | str | None = None,
         profile: str | None = None,
         placement_timeout: float = 600.0,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        poll_interval: float = 2.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         check_job(model=model, batch_size=batch_size, dataset=dataset, seq_len=seq_len, precision=precision, gpus=gpus,
                   steps=steps, command=command)
         check_profile(profile)
-        check_placement_timeout(placement_timeout)
+        check_placement_timeout(placement_timeout, poll_interval)
         self.model = model
         self.batch_size = batch_size
         self.dataset = dataset
@@ -78,48 +88,59 @@ class HorusTrainingOperator(BaseOperator):
         self.command = command
         self.profile = profile
         self.placement_timeout = placement_timeout
+        self.deferrable = deferrable
+        self.poll_interval = poll_interval
         self._job: LaunchedJob | None = None
 
     def execute(self, context: Context) -> dict[str, Any]:
         # Imported here, not at the top: every DAG file imports this module at each parse, and the
         # pipeline brings PyTorch, MLflow and LightGBM (5 s a parse; under load past the DAG processor's timeout)
-        from horus_airflow.jobs import JobSpec
-        from horus_airflow.pipeline import run_job
+        from horus_airflow.pipeline import queue_job, run_booked, run_job
 
         ti = context["ti"]
-        try:
-            spec = JobSpec(
-                model=self.model,
-                batch_size=self.batch_size,
-                dataset=self.dataset,
-                seq_len=self.seq_len,
-                precision=self.precision,
-                gpus=self.gpus,
-                steps=self.steps,
-                command=command_argv(self.command),
-                name=self.task_id,
-            )
-            outcome = run_job(
-                spec,
-                Settings.from_env(),
-                owner=task_owner(ti),
-                profile_name=self.profile,
-                placement_timeout_s=self.placement_timeout,
-                context_tags={
-                    "airflow.dag_id": ti.dag_id,
-                    "airflow.task_id": ti.task_id,
-                    "airflow.run_id": ti.run_id,
-                    "airflow.try_number": str(ti.try_number),
-                },
-                on_launch=self._remember,
-            )
-        except (InvalidJobError, InventoryError, ProfileError) as exc:
-            # Retrying cannot fix bad input: fail now, with the message that says what is accepted.
-            raise AirflowFailException(str(exc)) from exc
-        except HorusError as exc:
-            raise AirflowException(str(exc)) from exc
-        finally:
-            self._job = None
+        settings = Settings.from_env()
+        with _as_airflow_errors():
+            spec = self._spec()
+            if not self.deferrable:
+                outcome = run_job(spec, settings, owner=task_owner(ti), profile_name=self.profile,
+                                  placement_timeout_s=self.placement_timeout, context_tags=_tags(ti),
+                                  on_launch=self._remember)
+                return self._finished(outcome)
+            from horus_airflow.backends import LocalBackend
+
+            backend = LocalBackend(settings)
+            queued = queue_job(spec, settings, task_owner(ti), self.profile, backend)
+            if queued.acquired is not None:
+                outcome = run_booked(queued.job, queued.acquired, settings, backend, queued.interference_label,
+                                     task_owner(ti), _tags(ti), self._remember)
+                return self._finished(outcome)
+        from horus_airflow.triggers import BookingTrigger
+
+        log.info("queued as %s: %s; deferring", queued.entry.entry_id, queued.entry.reason or "waiting for the next round")
+        self.defer(trigger=BookingTrigger(queued.entry.entry_id, time.time() + self.placement_timeout, poll_s=self.poll_interval),
+                   method_name="execute_booked")
+
+    def execute_booked(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        """Resumed by the trigger: run the job on the GPUs a round booked, or fail with why it was not."""
+        from horus_airflow.pipeline import resume_job
+
+        if event.get("status") != "booked":
+            raise AirflowException(f"not placed: queue entry {event.get('entry_id')} {event.get('status')}: {event.get('reason')}")
+        ti = context["ti"]
+        with _as_airflow_errors():
+            outcome = resume_job(self._spec(), Settings.from_env(), event["entry_id"], task_owner(ti),
+                                 float(event.get("waited_s", 0.0)), _tags(ti), self._remember)
+        return self._finished(outcome)
+
+    def _spec(self) -> JobSpec:
+        from horus_airflow.jobs import JobSpec
+
+        return JobSpec(model=self.model, batch_size=self.batch_size, dataset=self.dataset, seq_len=self.seq_len,
+                       precision=self.precision, gpus=self.gpus, steps=self.steps, command=command_argv(self.command),
+                       name=self.task_id)
+
+    def _finished(self, outcome: JobOutcome) -> dict[str, Any]:
+        self._job = None
         if outcome.exit_code != 0:
             raise AirflowException(
                 f"training job {outcome.job_id} exited with code {outcome.exit_code}; "
@@ -135,3 +156,20 @@ class HorusTrainingOperator(BaseOperator):
         if self._job is not None and self._job.process.poll() is None:
             log.info("terminating training process %d", self._job.process.pid)
             self._job.process.terminate()
+
+
+def _tags(ti: Any) -> dict[str, str]:
+    return {"airflow.dag_id": ti.dag_id, "airflow.task_id": ti.task_id, "airflow.run_id": ti.run_id,
+            "airflow.try_number": str(ti.try_number)}
+
+
+@contextmanager
+def _as_airflow_errors() -> Iterator[None]:
+    """Bad input fails the task without retries (retrying cannot fix it), with the message that says
+    what is accepted; any other Horus error fails this try."""
+    try:
+        yield
+    except (InvalidJobError, InventoryError, ProfileError) as exc:
+        raise AirflowFailException(str(exc)) from exc
+    except HorusError as exc:
+        raise AirflowException(str(exc)) from exc
