@@ -170,13 +170,15 @@ def test_kernels_and_bytes_are_counted_per_step() -> None:
 
 def test_the_prior_knows_busy_jobs_from_idle_ones_for_physical_reasons() -> None:
     """Host-bound jobs (an RL agent stepping its environment, a small MLP launching tiny kernels, a
-    recommender of embedding lookups) come out low; large convolutions and transformers high."""
+    recommender of embedding lookups) come out low; large convolutions and transformers high. ResNet-50
+    on ImageNet is the lowest of those: one loader worker's measured JPEG decoding (2.7 ms a sample) is
+    40 % of its step, as the prior models one worker."""
     prior, v100 = AnalyticPrior(), GPU_SPECS["v100"]
     low = [JobSpec(model=m, batch_size=b).features() for m, b in (("dqn", 32), ("ncf", 256), ("td3", 100))]
     high = [JobSpec(model=m, batch_size=b, dataset=d).features() for m, b, d in
             (("resnet50", 64, "imagenet"), ("bert_base", 16, "squad"), ("vgg16", 32, "cifar10"))]
     assert all(prior.estimate(f, v100).util < 20 for f in low)
-    assert all(prior.estimate(f, v100).util > 60 for f in high)
+    assert all(prior.estimate(f, v100).util > 55 for f in high)
 
 
 def test_memory_is_counted_from_its_parts() -> None:

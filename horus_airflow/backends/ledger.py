@@ -174,6 +174,7 @@ _QUEUE_COLUMNS = ("entry_id, owner, demand, profile, pool, enqueued_at, lease_ex
 class SqliteLedger:
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._demands: dict[str, Demand] = {}  # parsed demands of queue entries seen, by entry id
         path.parent.mkdir(parents=True, exist_ok=True)
         with closing(self._connect()) as conn:
             conn.executescript("BEGIN IMMEDIATE;" + _SCHEMA + "COMMIT;")
@@ -220,7 +221,9 @@ class SqliteLedger:
             rows = conn.execute(f"SELECT {_QUEUE_COLUMNS} FROM queue WHERE left_at IS NULL AND reservation_id IS NULL "
                                 "AND lease_expires_at > ? ORDER BY enqueued_at, entry_id", (now,)).fetchall()
             conn.execute("COMMIT")
-        return version, [_entry(row) for row in rows]
+        entries = [_entry(row, self._demands) for row in rows]
+        self._demands = {e.entry_id: e.demand for e in entries}  # only what still waits stays cached
+        return version, entries
 
     def queue_entry(self, entry_id: str) -> QueueEntry | None:
         with closing(self._connect()) as conn:
@@ -450,10 +453,16 @@ def _insert_reservation(conn: sqlite3.Connection, job_id: str, owner: str, booki
     return Reservation(reservation_id, job_id, owner, tuple(b.gpu_id for b in bookings), expires)
 
 
-def _entry(row: tuple[object, ...]) -> QueueEntry:
+def _entry(row: tuple[object, ...], demands: dict[str, Demand] | None = None) -> QueueEntry:
+    """A queue row as an entry; ``demands`` caches the parsed demand of each entry (it never changes)."""
     (entry_id, owner, demand, profile, pool, enqueued, expires, runtime, skips, reason, reservation_id, round_id,
      left_at) = row
-    return QueueEntry(str(entry_id), str(owner), Demand.from_dict(json.loads(str(demand))), str(profile), str(pool),
+    parsed = demands.get(str(entry_id)) if demands is not None else None
+    if parsed is None:
+        parsed = Demand.from_dict(json.loads(str(demand)))
+        if demands is not None:
+            demands[str(entry_id)] = parsed
+    return QueueEntry(str(entry_id), str(owner), parsed, str(profile), str(pool),
                       float(enqueued), float(expires), None if runtime is None else float(runtime), int(skips),
                       str(reason), None if reservation_id is None else str(reservation_id),
                       None if round_id is None else str(round_id), None if left_at is None else float(left_at))

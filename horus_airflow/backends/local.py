@@ -103,14 +103,24 @@ class LocalBackend:
         self.clock = clock
         self.gpus = discover_inventory(settings.local_gpus)
         self.ledger = SqliteLedger(settings.ledger_path)
+        self._last_snapshot: ClusterState | None = None
 
     def snapshot(self) -> ClusterState:
+        """The GPUs with their live bookings. The state is built from the last one this backend read,
+        changing only the GPUs whose residents differ: a scheduling round reads it often, and building
+        the placer's arrays for thousands of GPUs from scratch costs more than the round itself."""
         version, residents = self.ledger.active(self.clock())
-        return ClusterState(
-            tuple(replace(gpu, residents=tuple(residents.get(gpu.gpu_id, ()))) for gpu in self.gpus),
-            version,
-            self.ledger.crashed_pairs(),  # read after the version: a pair recorded since bumps it, so booking re-decides
-        )
+        pairs = self.ledger.crashed_pairs()  # read after the version: a pair recorded since bumps it, so booking re-decides
+        last = self._last_snapshot
+        if last is None or len(last.gpus) != len(self.gpus) or any(a.gpu_id != b.gpu_id for a, b in zip(last.gpus, self.gpus)):
+            last = ClusterState(tuple(replace(gpu, residents=()) for gpu in self.gpus))
+        changes = {}
+        for i, gpu in enumerate(last.gpus):
+            now = tuple(residents.get(gpu.gpu_id, ()))
+            if gpu.residents != now:
+                changes[i] = replace(gpu, residents=now)
+        self._last_snapshot = last.with_changes(changes, version, pairs)
+        return self._last_snapshot
 
     def gpu(self, gpu_id: str) -> GpuState:
         return next(g for g in self.gpus if g.gpu_id == gpu_id)

@@ -252,10 +252,15 @@ def _choose(k: int, alive: np.ndarray, total: np.ndarray, state: ClusterState, p
     order = feasible[np.lexsort((gpus.gpu_index[feasible], total[feasible], gpus.node_index[feasible]))]
     best_set: list[int] = []
     best_cost = math.inf
-    for node in np.unique(gpus.node_index[order]):
-        on_node = order[gpus.node_index[order] == node][:k]
-        if len(on_node) == k and total[on_node].sum() < best_cost:
-            best_set, best_cost = [int(i) for i in on_node], float(total[on_node].sum())
+    # each node's k cheapest feasible GPUs, all nodes at once: the first k of each node's run in ``order``
+    node_of = gpus.node_index[order]
+    starts = np.flatnonzero(np.r_[True, node_of[1:] != node_of[:-1]])
+    full = starts[np.diff(np.r_[starts, len(order)]) >= k]
+    if len(full):
+        sets = order[full[:, None] + np.arange(k)]
+        sums = total[sets].sum(axis=1)
+        cheapest = int(np.argmin(sums))  # the first of equal sums: the lowest node, as node order goes
+        best_set, best_cost = [int(i) for i in sets[cheapest]], float(sums[cheapest])
     if best_set or profile.gang is None or profile.gang.plugin.max_nodes <= 1:
         return best_set, (best_cost if best_set else None)
     locality, weight = profile.gang.plugin, profile.gang.weight
