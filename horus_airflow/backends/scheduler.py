@@ -94,7 +94,7 @@ def run_round(
             continue
         chosen, held, skips = _decide(entries, state, backend.now(), interference, profiles, credits)
         by_id = {e.entry_id: e for e in entries}
-        bookings = [RoundBooking(entry_id, _bookings(c, state), _note(c, round_id)) for entry_id, c in chosen]
+        bookings = [RoundBooking(entry_id, _bookings(c), _note(c, round_id)) for entry_id, c in chosen]
         try:
             reservations = backend.book_round(version, round_id, bookings, held, skips)
         except LedgerConflictError as exc:
@@ -139,14 +139,15 @@ def _decide(
     return chosen, held, skips
 
 
-def _bookings(chosen: Chosen, state: ClusterState) -> tuple[Booking, ...]:
-    types = {g.gpu_id: g.gpu_type for g in state.gpus}
-    demand = chosen.job.demand
-    out = []
-    for gpu_id in chosen.decision.gpu_ids:
-        need = demand.on(types[gpu_id])
-        out.append(Booking(gpu_id, need.util, need.util_p90, need.mem_mib, demand.signature))
-    return tuple(out)
+def _bookings(chosen: Chosen) -> tuple[Booking, ...]:
+    """What the ledger books: the demand on each chosen GPU's type, as the decision's own state has it."""
+    demand, trace = chosen.job.demand, chosen.decision.trace
+    if trace is None:
+        raise ValueError(f"decision for {demand.job_id} has no trace: it was not made by place()")
+    types = [trace.state.gpus[i].gpu_type for i in trace.chosen]
+    decision = chosen.decision
+    return tuple(Booking(gpu_id, need.util, need.util_p90, need.mem_mib, demand.signature)
+                 for gpu_id, need in zip(decision.gpu_ids, (demand.on(t) for t in types)))
 
 
 def _note(chosen: Chosen, round_id: str) -> DecisionNote:

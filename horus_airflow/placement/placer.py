@@ -70,6 +70,7 @@ class _Trace:
     shortlist_passed: np.ndarray
     shortlist_parts: dict[str, np.ndarray]
     shortlist_verdicts: tuple[tuple[str, Verdict], ...] = ()  # per row: the first plugin that rejected it, or the last verdict
+    chosen: tuple[int, ...] = ()  # positions of the GPUs the decision took
 
 
 @dataclass(frozen=True)
@@ -172,8 +173,9 @@ def place(demand: Demand, state: ClusterState, profile: Profile, interference: I
         shortlisted = np.zeros(count, dtype=bool)
         shortlisted[ranked] = kept
         alive &= shortlisted
-    trace = _Trace(state, profile, need, tuple(results), first_failure, parts, total, rows, kept, row_parts, row_verdicts)
     chosen, cost = _choose(demand.gpus, alive, total, state, profile)
+    trace = _Trace(state, profile, need, tuple(results), first_failure, parts, total, rows, kept, row_parts, row_verdicts,
+                   tuple(chosen))
     if not chosen:
         return Decision(demand.job_id, profile.name, (), _why_not(demand, alive, trace), state.version, None, trace)
     gpu_ids = tuple(state.gpus[i].gpu_id for i in chosen)
@@ -317,9 +319,7 @@ def _candidates(trace: _Trace, limit: int | None = None) -> tuple[Candidate, ...
 def _compact(trace: _Trace, gpu_ids: tuple[str, ...], top: int) -> tuple[tuple[Candidate, ...], dict[str, int]]:
     """The chosen GPUs' candidates, the ``top`` cheapest others that passed, and the rejected GPUs counted
     by the first plugin that rejected each (most first; ties in GPU order), from the trace's arrays."""
-    gpus = trace.state.gpus
-    chosen = set(gpu_ids)
-    chosen_at = [i for i, gpu in enumerate(gpus) if gpu.gpu_id in chosen]
+    chosen_at = sorted(trace.chosen) if trace.chosen else [i for i, gpu in enumerate(trace.state.gpus) if gpu.gpu_id in gpu_ids]
     passed = trace.first_failure == -1
     passed[chosen_at] = False
     others = np.flatnonzero(passed)
