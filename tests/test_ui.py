@@ -31,7 +31,7 @@ from tests.kube_double import FakeKubeApi, gpu_node
 from tests.servers import free_port
 from tests.ui_seed import TEST_INPUT_UTIL, Seeded, seed
 
-ROUTES = ["/", "/decisions", "/predictor", "/simulations", "/static/horus.js", "/api/v1", "/api/v1/openapi.json",
+ROUTES = ["/", "/queue", "/api/v1/queue", "/decisions", "/predictor", "/simulations", "/static/horus.js", "/api/v1", "/api/v1/openapi.json",
           "/api/v1/cluster", "/api/v1/decisions", "/api/v1/decisions/abc", "/api/v1/predictor", "/api/v1/simulations",
           f"/api/v1/simulations/{'a' * 32}/artifacts/simulation.png"]
 
@@ -134,6 +134,28 @@ def test_a_bad_source_setting_is_a_clear_503(tmp_path: Path, token: str) -> None
     wrong = client_for(Settings.from_env({"HORUS_HOME": str(tmp_path), "HORUS_UI_SOURCE": "slurm"}), token)
     response = wrong.get("/api/v1/cluster")
     assert response.status_code == 503 and "accepted: local, kubernetes" in response.json()["detail"]
+
+
+# --- queue -----------------------------------------------------------------------------------------
+@pytest.mark.integration
+def test_the_queue_shows_each_waiting_task_its_place_and_why_it_waits(tmp_path: Path, token: str) -> None:
+    from horus_airflow.backends import LocalBackend
+    from horus_airflow.backends.scheduler import run_round
+
+    settings = Settings.from_env({"HORUS_HOME": str(tmp_path / "q"), "HORUS_LOCAL_GPUS": "1xa100-80gb"})
+    client = client_for(settings, token)
+    assert client.get("/api/v1/queue").json() == {"source": "local", "note": None, "queue": []}  # no ledger yet
+    backend = LocalBackend(settings)
+    backend.ledger.reserve(0, "holder", "other_dag/hold/r/-1", [Booking("local/0", 90, 95, 70_000)], backend.now(), 600)
+    for name, util in (("first", 40), ("second", 30)):
+        backend.enqueue(f"q_dag/{name}/manual__1/-1", Demand(f"{name}-1", 1, {"a100-80gb": GpuDemand(util, 50, 8_000)}), "exclusive")
+    run_round(backend)
+    body = client.get("/api/v1/queue").json()
+    assert [q["position"] for q in body["queue"]] == [1, 2]
+    first, second = body["queue"]
+    assert first["task"]["task_id"] == "first" and first["predicted"] == {"a100-80gb": {"util": 40.0, "mem_mib": 8000}}
+    assert first["reason"].startswith("no feasible GPU (local/0: memory-fit")
+    assert "waits its turn: the fifo queue policy" in second["reason"] and first["waited_s"] >= 0
 
 
 # --- decisions -------------------------------------------------------------------------------------

@@ -197,6 +197,24 @@ def test_empty_states_say_what_to_do(browser, token: str, tmp_path: Path) -> Non
         assert "horus simulate" in wait(browser, "main .note")[0].text
 
 
+def test_the_queue_page_lists_waiting_tasks_with_why_they_wait(browser, token: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from horus_airflow.backends import LocalBackend
+    from horus_airflow.backends.ledger import Booking
+    from horus_airflow.backends.scheduler import run_round
+    from horus_airflow.predictor.demand import Demand, GpuDemand
+
+    settings = Settings.from_env({"HORUS_HOME": str(tmp_path / "queued"), "HORUS_LOCAL_GPUS": "1xa100-80gb"})
+    backend = LocalBackend(settings)
+    backend.ledger.reserve(0, "holder", "other_dag/hold/r/-1", [Booking("local/0", 90, 95, 70_000)], backend.now(), 600)
+    backend.enqueue("q_dag/waiting/manual__1/-1", Demand("waiting-1", 1, {"a100-80gb": GpuDemand(40, 50, 8_000)}), "exclusive")
+    run_round(backend)
+    for base in serve(settings):
+        open_signed_in(browser, base, token, "/queue")
+        [row] = wait(browser, "#queue tbody tr")
+        assert "waiting" in row.text and "memory-fit" in row.text
+        shot(browser, "queue")
+
+
 def test_a_missing_mlflow_server_is_a_clear_message(browser, token: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     uri = f"http://127.0.0.1:{free_port()}"

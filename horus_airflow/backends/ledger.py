@@ -169,6 +169,8 @@ class RoundBooking:
 
 _QUEUE_COLUMNS = ("entry_id, owner, demand, profile, pool, enqueued_at, lease_expires_at, expected_runtime_s, skips, "
                   "reason, reservation_id, round, left_at")
+_WAITING = (f"SELECT {_QUEUE_COLUMNS} FROM queue WHERE left_at IS NULL AND reservation_id IS NULL "
+            "AND lease_expires_at > ? ORDER BY enqueued_at, entry_id")
 
 
 class SqliteLedger:
@@ -218,8 +220,7 @@ class SqliteLedger:
         with closing(self._connect()) as conn:
             conn.execute("BEGIN")
             version = conn.execute("SELECT version FROM ledger_version").fetchone()[0]
-            rows = conn.execute(f"SELECT {_QUEUE_COLUMNS} FROM queue WHERE left_at IS NULL AND reservation_id IS NULL "
-                                "AND lease_expires_at > ? ORDER BY enqueued_at, entry_id", (now,)).fetchall()
+            rows = conn.execute(_WAITING, (now,)).fetchall()
             conn.execute("COMMIT")
         entries = [_entry(row, self._demands) for row in rows]
         self._demands = {e.entry_id: e.demand for e in entries}  # only what still waits stays cached
@@ -386,6 +387,16 @@ class LedgerReader:
     def entry(self, reservation_id: str) -> JournalEntry | None:
         found = self._entries("reservation_id = ?", (reservation_id,), 1)
         return found[0] if found else None
+
+    def queue(self, now: float) -> list[QueueEntry]:
+        """The entries waiting now, oldest first (none in a ledger written before the queue existed)."""
+        if not self.exists:
+            return []
+        with closing(self._connect()) as conn:
+            if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'queue'").fetchone() is None:
+                return []
+            rows = conn.execute(_WAITING, (now,)).fetchall()
+        return [_entry(row) for row in rows]
 
     def _entries(self, where: str, params: tuple[object, ...], limit: int) -> list[JournalEntry]:
         if not self.exists:

@@ -36,7 +36,7 @@ from horus_airflow.ui.sources import (
 log = logging.getLogger(__name__)
 
 API = "/api/v1"
-PAGES = ("cluster", "decisions", "predictor", "simulations")
+PAGES = ("cluster", "queue", "decisions", "predictor", "simulations")
 _STATIC = {"horus.js": "text/javascript", "horus.css": "text/css"}
 _NAME = r"^[A-Za-z0-9._-]{1,100}$"
 
@@ -128,6 +128,14 @@ def create_app(
         user: Annotated[Any, Depends(_user())] = None,
     ) -> Response:
         return _json_bytes(state.cluster_json(MapFilter(node, gpu_type, dag_id), user))
+
+    @app.get(f"{API}/queue", summary="Tasks waiting for GPUs, oldest first, with why each still waits")
+    def queue(user: Annotated[Any, Depends(_user())] = None) -> Response:
+        source = state.source()
+        rows, note = source.queue()
+        hidden = _hidden(user, {r.dag_id for r in rows if r.dag_id})
+        return _json({"source": source.name, "note": note,
+                      "queue": [r.to_json() for r in rows if r.dag_id not in hidden]})
 
     @app.get(f"{API}/decisions", summary="Recent placements, newest first, with their one-line reasons")
     def decisions(

@@ -10,6 +10,7 @@ from functools import cached_property
 from typing import Any
 from urllib.parse import quote
 
+from horus_airflow.backends.ledger import QueueEntry
 from horus_airflow.placement import ClusterState, GpuState
 
 EXTERNAL_PREFIX = "external:"
@@ -187,6 +188,34 @@ class DecisionRow:
         if detail:
             row["explanation"] = _explanation(self.explanation)
         return row
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    """A task waiting for GPUs as the queue page lists it: its place in arrival order and why the last
+    scheduling round left it waiting (the placer's reason, or its turn under the queue policy)."""
+
+    position: int
+    entry: QueueEntry
+    now: float
+
+    @cached_property
+    def task(self) -> TaskRef | None:
+        return TaskRef.parse(self.entry.owner)
+
+    @property
+    def dag_id(self) -> str | None:
+        return self.task.dag_id if self.task else None
+
+    def to_json(self) -> dict[str, Any]:
+        entry, task = self.entry, self.task
+        return {
+            "position": self.position, "entry_id": entry.entry_id, "job_id": entry.demand.job_id, "owner": entry.owner,
+            "task": task.to_json() if task else None, "gpus": entry.demand.gpus, "profile": entry.profile,
+            "pool": entry.pool, "enqueued_at": entry.enqueued_at, "waited_s": round(self.now - entry.enqueued_at, 1),
+            "skips": entry.skips, "reason": entry.reason or "queued; no scheduling round has looked at it yet",
+            "predicted": {t: {"util": round(d.util, 1), "mem_mib": round(d.mem_mib)} for t, d in entry.demand.per_type.items()},
+        }
 
 
 def _explanation(text: str | None) -> dict[str, Any] | None:

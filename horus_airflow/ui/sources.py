@@ -27,7 +27,7 @@ from horus_airflow.registry.store import QUICK, client, http_policy, search
 from horus_airflow.settings import Settings
 from horus_airflow.telemetry.samples import Sample
 from horus_airflow.telemetry.wrapper import SAMPLES_FILE
-from horus_airflow.ui.model import ClusterMap, DecisionRow, Measured, Placement
+from horus_airflow.ui.model import ClusterMap, DecisionRow, Measured, Placement, QueueRow
 
 if TYPE_CHECKING:  # the kubernetes client is an optional dependency: imported only by that source
     from horus_airflow.backends.kubernetes import (
@@ -56,6 +56,10 @@ class ClusterSource(Protocol):
     def decisions(self, limit: int, before: float | None, dag_id: str | None) -> list[DecisionRow]: ...
 
     def decision(self, reservation_id: str) -> DecisionRow | None: ...
+
+    def queue(self) -> tuple[list[QueueRow], str | None]:
+        """The waiting tasks, oldest first, and a note when this source keeps no queue."""
+        ...
 
 
 def cluster_source(settings: Settings) -> ClusterSource:
@@ -102,6 +106,10 @@ class LocalSource:
     def decision(self, reservation_id: str) -> DecisionRow | None:
         entry = self.ledger.entry(reservation_id)
         return None if entry is None else _journal_row(entry, self.clock())
+
+    def queue(self) -> tuple[list[QueueRow], str | None]:
+        now = self.clock()
+        return [QueueRow(i + 1, entry, now) for i, entry in enumerate(self.ledger.queue(now))], None
 
 
 def _journal_row(entry: JournalEntry, now: float) -> DecisionRow:
@@ -197,6 +205,10 @@ class KubernetesSource:
 
     def decision(self, reservation_id: str) -> DecisionRow | None:
         return next((r for r in self._rows() if r.reservation_id == reservation_id), None)
+
+    def queue(self) -> tuple[list[QueueRow], str | None]:
+        return [], ("The Kubernetes backend keeps no queue yet: its tasks wait for GPUs in their workers "
+                    "(docs/SCHEDULER.md).")
 
     def _rows(self) -> list[DecisionRow]:
         """Placements whose pods still exist (finished pods are deleted by default; their decisions stay

@@ -1,8 +1,8 @@
 // The Horus view: four read-only pages over the JSON API at api/v1 (docs/UI.md). No framework, no build.
 "use strict";
 
-const PAGES = ["cluster", "decisions", "predictor", "simulations"];
-const tail = location.pathname.match(/\/(cluster|decisions|predictor|simulations)?\/?$/);
+const PAGES = ["cluster", "queue", "decisions", "predictor", "simulations"];
+const tail = location.pathname.match(/\/(cluster|queue|decisions|predictor|simulations)?\/?$/);
 const BASE = location.pathname.slice(0, location.pathname.length - tail[0].length) + "/";
 const PAGE = tail[1] || "cluster";
 const API = BASE + "api/v1/";
@@ -136,6 +136,33 @@ function showGpu(cell) {
     <tr><td>predicted (sum of tasks)</td><td>${fmt(gpu.predicted.util)} %</td><td>${fmt(gpu.predicted.util_p90)} %</td><td>${fmt(gpu.predicted.mem_mib)} of ${fmt(gpu.memory_mib)} MiB</td></tr>
     <tr><td>measured</td><td>${measured ? fmt(measured.util) + " %" : "not measured"}</td><td></td><td>${measured && measured.mem_mib !== null ? fmt(measured.mem_mib) + " MiB" : ""}${measured ? ` <span class="muted">(${fmt(measured.age_s)} s ago)</span>` : ""}</td></tr></table>
     <h2>Tasks</h2>${rows ? `<table><tr><th>task</th><th>job</th><th>pred. util</th><th>p90</th><th>memory</th><th></th></tr>${rows}</table>` : '<p class="muted">No task on this GPU.</p>'}</div>`;
+}
+
+// --- queue ---------------------------------------------------------------------------------------
+async function queue() {
+  main.innerHTML = `<div class="toolbar"><button id="refresh">Refresh</button></div><div id="list"></div>`;
+  const list = document.getElementById("list");
+  const load = async () => {
+    let data;
+    try { data = await api("queue"); } catch (error) { showError(list, error); return; }
+    status(`${data.source} queue · ${data.queue.length} waiting`);
+    if (data.note) { list.innerHTML = `<div class="note">${esc(data.note)}</div>`; return; }
+    if (!data.queue.length) {
+      list.innerHTML = `<div class="note">No task is waiting for GPUs. A task that finds none free joins the queue, and appears here with why it waits until a scheduling round books it.</div>`;
+      return;
+    }
+    list.innerHTML = `<table id="queue"><thead><tr><th>#</th><th>task</th><th>GPUs</th><th>profile</th><th>pred. util</th><th>pred. memory</th><th>waiting</th><th>passed over</th><th>why it waits</th></tr></thead><tbody>${
+      data.queue.map(q => {
+        const predicted = Object.entries(q.predicted);
+        const util = predicted.map(([t, d]) => `${fmt(d.util)} % <span class="muted">${esc(t)}</span>`).join("<br>");
+        const mem = predicted.map(([t, d]) => `${fmt(d.mem_mib)} MiB`).join("<br>");
+        return `<tr><td>${q.position}</td><td>${taskLink(q.task)}<div class="muted">${esc(q.job_id)}</div></td><td>${q.gpus}</td>
+          <td>${esc(q.profile)}</td><td>${util}</td><td>${mem}</td><td>${duration(q.waited_s)}</td><td>${q.skips}</td>
+          <td class="reason">${esc(q.reason)}</td></tr>`;
+      }).join("")}</tbody></table>`;
+  };
+  document.getElementById("refresh").addEventListener("click", load);
+  await load();
 }
 
 // --- decisions -----------------------------------------------------------------------------------
@@ -341,4 +368,4 @@ document.querySelectorAll("#tabs a").forEach(a => {
   a.href = BASE + a.dataset.page;
   a.classList.toggle("active", a.dataset.page === PAGE);
 });
-({ cluster, decisions, predictor, simulations })[PAGE]().catch(error => showError(main, error));
+({ cluster, queue, decisions, predictor, simulations })[PAGE]().catch(error => showError(main, error));
