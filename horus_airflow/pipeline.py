@@ -19,6 +19,7 @@ from horus_airflow.jobs import JobSpec, require_trainer
 from horus_airflow.placement import GpuState
 from horus_airflow.predictor import Demand, GpuDemand
 from horus_airflow.registry import ProfilingRecord, log_profiling_run
+from horus_airflow.registry.profiling import expected_runtime_s
 from horus_airflow.service import Planned, PlacementService
 from horus_airflow.settings import Settings
 from horus_airflow.telemetry import RunSummary
@@ -78,7 +79,8 @@ def run_job(
     service = PlacementService(settings, profile_name, backend)
     training_command(spec)  # a job that cannot be launched fails before it waits
     job = service.plan(spec, f"{spec.display_name}-{uuid.uuid4().hex[:8]}", [g.gpu_type for g in backend.gpus])
-    acquired = service.book(job.demand, owner, placement_timeout_s)
+    acquired = service.book(job.demand, owner, placement_timeout_s,
+                            expected_runtime_s=expected_runtime_s(settings, spec, job.features.dataset))
     return run_booked(job, acquired, settings, backend, service.interference_label, owner, context_tags, on_launch)
 
 
@@ -99,7 +101,7 @@ def queue_job(spec: JobSpec, settings: Settings, owner: str, profile_name: str |
     service = PlacementService(settings, profile_name, backend)
     training_command(spec)
     job = service.plan(spec, f"{spec.display_name}-{uuid.uuid4().hex[:8]}", [g.gpu_type for g in backend.gpus])
-    entry = service.enqueue(job.demand, owner)
+    entry = service.enqueue(job.demand, owner, expected_runtime_s(settings, spec, job.features.dataset))
     try:
         seen = service.look(entry.entry_id)
         acquired = service.take(seen) if seen.status == "booked" else None

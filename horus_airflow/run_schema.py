@@ -85,6 +85,14 @@ class Metric:
 
 def tag_equals(tag: str, value: str) -> str:
     """An MLflow filter clause; a value with a quote cannot be expressed and is refused."""
+    return _equals("tags", tag, value)
+
+
+def param_equals(param: str, value: str) -> str:
+    return _equals("params", param, value)
+
+
+def _equals(kind: str, key: str, value: str) -> str:
     if "'" in value:
-        raise ValueError(f"{tag} value {value!r} holds a quote, which an MLflow filter cannot express")
-    return f"tags.`{tag}` = '{value}'"
+        raise ValueError(f"{key} value {value!r} holds a quote, which an MLflow filter cannot express")
+    return f"{kind}.`{key}` = '{value}'"

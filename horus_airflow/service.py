@@ -46,6 +46,12 @@ def predict_demand(spec: JobSpec, job_id: str, gpu_types: Sequence[str], setting
     return features, replace(demand, signature=signature(features))
 
 
+def pool_of(owner: str) -> str:
+    """The credit pool of an owner (``dag/task/run/map_index``): its DAG, so Horus+ credit is shared
+    fairly between DAGs."""
+    return owner.split("/", 1)[0] or "default"
+
+
 class PlacementService:
     """One profile, the registered models and (for booking) a backend.
 
@@ -79,22 +85,25 @@ class PlacementService:
     def decide(self, demand: Demand, state: ClusterState) -> Decision:
         return place(demand, state, self.profile, self.interference)
 
-    def book(self, demand: Demand, owner: str, timeout_s: float, state: ClusterState | None = None) -> Acquired:
+    def book(self, demand: Demand, owner: str, timeout_s: float, state: ClusterState | None = None,
+             expected_runtime_s: float | None = None) -> Acquired:
         """Make the owner's earlier tries safe (:meth:`Backend.reclaim`), then place and book.
         ``state`` is a snapshot the caller already read, decided on first."""
         if self.backend is None:
             raise TypeError("this PlacementService has no backend to book on; give one, or use decide()")
         self.backend.reclaim(owner)
         if isinstance(self.backend, QueueingBackend):  # the local backend: through the queue, in the policy's order
-            return wait_in_queue(self.backend, demand, self.profile, owner, timeout_s, self.interference, state=state)
+            return wait_in_queue(self.backend, demand, self.profile, owner, timeout_s, self.interference, state=state,
+                                 pool=pool_of(owner), expected_runtime_s=expected_runtime_s)
         return acquire(self.backend, demand, self.profile, owner, timeout_s, self.interference, state=state)
 
-    def enqueue(self, demand: Demand, owner: str) -> QueueEntry:
+    def enqueue(self, demand: Demand, owner: str, expected_runtime_s: float | None = None) -> QueueEntry:
         """Make the owner's earlier tries safe, then queue the demand (refused at once if no idle GPU could
         take it) without waiting: a deferrable task waits in a trigger instead (:meth:`look`)."""
         backend = self._queueing()
         backend.reclaim(owner)
-        return enqueue_demand(backend, demand, self.profile, owner, self.interference)
+        return enqueue_demand(backend, demand, self.profile, owner, self.interference, pool=pool_of(owner),
+                              expected_runtime_s=expected_runtime_s)
 
     def look(self, entry_id: str) -> Look:
         """Run a scheduling round and read the entry back."""

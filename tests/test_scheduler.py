@@ -190,3 +190,54 @@ async def _first(trigger: "BookingTrigger") -> dict[str, object]:
     async for event in trigger.run():
         return event.payload
     raise AssertionError("no event")
+
+
+def test_credit_goes_to_the_pool_whose_jobs_waited_longest_and_most(backend: LocalBackend, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pool a queued one job first; pool b three just after. FIFO would start a's; Horus+ credit (median
+    wait times jobs waiting) starts b's, from the ledger's waiting history."""
+    from horus_airflow.backends.scheduler import pool_credits
+
+    profile = tmp_path / "credit.yaml"
+    profile.write_text("name: exclusive-credit\nfilters:\n  - name: max-residents\n    args: {limit: 1}\n"
+                       "  - name: memory-fit\nscores:\n  - name: fragmentation\nqueue: {policy: credit}\n")
+    clock = [1000.0]
+    monkeypatch.setattr(backend, "clock", lambda: clock[0])
+    hold = backend.ledger.reserve(0, "held", "x/h/r/-1", [Booking("local/0", 100, 100, 70_000), Booking("local/1", 100, 100, 70_000)],
+                                  clock[0], 600)
+    backend.enqueue("a/t0/r/-1", _demand("a0", 30), str(profile), pool="a")
+    for i in range(3):
+        clock[0] += 10
+        backend.enqueue(f"b/t{i}/r/-1", _demand(f"b{i}", 30), str(profile), pool="b")
+    clock[0] = 1200.0
+    backend.release(hold)
+    waits = backend.waits(3600)
+    assert sorted(waits["b"]) == [170.0, 180.0, 190.0] and waits["a"] == [200.0]
+    assert pool_credits(waits, {"a": 1, "b": 3}) == {"a": 200.0, "b": 540.0}
+    booked = [entry.demand.job_id for entry, _, _ in run_round(backend).booked]
+    assert booked == ["b0", "b1"]  # two GPUs: b's oldest two, not a's older job
+
+
+@pytest.mark.integration
+def test_the_expected_runtime_is_the_median_of_the_same_workloads_profiling_runs(horus_home: Path) -> None:
+    from horus_airflow.jobs import JobSpec
+    from horus_airflow.registry.profiling import expected_runtime_s
+    from horus_airflow.registry.store import client, experiment_id
+    from horus_airflow.run_schema import Experiment, Metric, Param, Tag
+
+    settings = Settings.from_env()
+    spec = JobSpec(model="resnet18", batch_size=32, steps=10)
+    assert expected_runtime_s(settings, spec, "cifar10") is None  # never ran
+    mlflow = client(settings)
+    experiment = experiment_id(mlflow, settings, Experiment.PROFILING)
+    for seconds, batch, code in ((100.0, 32, "0"), (140.0, 32, "0"), (120.0, 32, "0"), (5.0, 64, "0"), (1.0, 32, "3")):
+        run = mlflow.create_run(experiment, tags={Tag.EXIT_CODE: code})
+        params = {Param.MODEL: "resnet18", Param.DATASET: "cifar10", Param.BATCH_SIZE: str(batch), Param.PRECISION: "fp32",
+                  Param.STEPS: "10", Param.GPUS: "1"}
+        for key, value in params.items():
+            mlflow.log_param(run.info.run_id, key, value)
+        mlflow.log_metric(run.info.run_id, Metric.DURATION_S, seconds)
+        mlflow.set_terminated(run.info.run_id, "FINISHED")
+    assert expected_runtime_s(settings, spec, "cifar10") == 120.0  # other batch sizes and failed runs left out
+    assert expected_runtime_s(settings, JobSpec(model="resnet18", batch_size=32, steps=10, command=("python", "t.py")),
+                              "cifar10") is None  # another command is another workload

@@ -252,6 +252,20 @@ class SqliteLedger:
                 conn.execute("UPDATE ledger_version SET version = version + 1")
         return reservations
 
+    def waits(self, now: float, since: float) -> dict[str, list[float]]:
+        """Seconds each pool's entries queued since ``since`` waited: until booked, or until now for
+        those still waiting (entries that gave up are left out)."""
+        with closing(self._connect()) as conn:
+            rows = conn.execute(
+                "SELECT q.pool, q.enqueued_at, r.created_at FROM queue q LEFT JOIN "
+                "(SELECT reservation_id, MIN(created_at) AS created_at FROM reservations GROUP BY reservation_id) r "
+                "USING (reservation_id) WHERE q.enqueued_at > ? AND (q.reservation_id IS NOT NULL OR "
+                "(q.left_at IS NULL AND q.lease_expires_at > ?))", (since, now)).fetchall()
+        waits: dict[str, list[float]] = {}
+        for pool, enqueued, booked in rows:
+            waits.setdefault(str(pool), []).append((now if booked is None else float(booked)) - float(enqueued))
+        return waits
+
     def reservation(self, reservation_id: str) -> Reservation | None:
         with closing(self._connect()) as conn:
             rows = conn.execute("SELECT job_id, owner, gpu_id, lease_expires_at FROM reservations WHERE reservation_id = ? "

@@ -158,6 +158,10 @@ class LocalBackend:
     def reservation(self, reservation_id: str) -> Reservation | None:
         return self.ledger.reservation(reservation_id)
 
+    def waits(self, window_s: float) -> dict[str, list[float]]:
+        now = self.clock()
+        return self.ledger.waits(now, now - window_s)
+
     def renew_entry(self, entry_id: str) -> bool:
         return self.ledger.renew_entry(entry_id, self.clock(), self.settings.lease_seconds)
 

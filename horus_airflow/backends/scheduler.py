@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import statistics
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -30,6 +31,14 @@ from horus_airflow.backends.base import Acquired, Backend, refuse_unplaceable
 log = logging.getLogger(__name__)
 
 ROUND_ATTEMPTS = 5
+CREDIT_WINDOW_S = 3600.0  # the waiting history the credit policy's credits come from
+
+
+def pool_credits(waits: Mapping[str, list[float]], waiting: Mapping[str, int]) -> dict[str, float]:
+    """Horus+'s credit per pool: the median wait of its jobs over the window times how many of its jobs
+    wait now, so a pool whose jobs have waited long, and many of them, goes first; a pool with nothing
+    waiting has none."""
+    return {pool: statistics.median(waits[pool]) * count for pool, count in waiting.items() if waits.get(pool)}
 
 
 @runtime_checkable
@@ -49,6 +58,10 @@ class QueueingBackend(Backend, Protocol):
                    skips: dict[str, int]) -> list[Reservation]: ...
 
     def reservation(self, reservation_id: str) -> Reservation | None: ...
+
+    def waits(self, window_s: float) -> dict[str, list[float]]:
+        """Each pool's waits over the last ``window_s`` seconds (:meth:`SqliteLedger.waits`)."""
+        ...
 
     def renew_entry(self, entry_id: str) -> bool: ...
 
@@ -80,10 +93,10 @@ def run_round(
     backend: QueueingBackend,
     interference: InterferenceModel | None = None,
     profiles: Callable[[str], Profile] = _named_profile,
-    credits: Mapping[str, float] | None = None,
 ) -> RoundOutcome:
     """One scheduling round over the whole queue. Entries are grouped by the profile they were queued
-    with; the group holding the oldest entry goes first, each on the state the earlier left."""
+    with; the group holding the oldest entry goes first, each on the state the earlier left. A profile
+    whose queue policy is ``credit`` gets each pool's credit from the ledger's waiting history."""
     round_id = uuid.uuid4().hex[:12]
     conflicts = 0
     for _ in range(ROUND_ATTEMPTS):
@@ -92,6 +105,7 @@ def run_round(
         if version != state.version:  # something was written between the two reads
             conflicts += 1
             continue
+        credits = _credits(backend, entries, profiles)
         chosen, held, skips = _decide(entries, state, backend.now(), interference, profiles, credits)
         by_id = {e.entry_id: e for e in entries}
         bookings = [RoundBooking(entry_id, _bookings(c), _note(c, round_id)) for entry_id, c in chosen]
@@ -107,6 +121,21 @@ def run_round(
         return RoundOutcome(round_id, booked, len(entries) - len(booked), conflicts)
     log.info("round %s gave up after %d conflicts: the next round decides", round_id, conflicts)
     return RoundOutcome(round_id, (), -1, conflicts)
+
+
+def _credits(backend: QueueingBackend, entries: list[QueueEntry], profiles: Callable[[str], Profile]) -> dict[str, float] | None:
+    def uses_credit(name: str) -> bool:
+        try:
+            return profiles(name).queue.name == "credit"
+        except ProfileError:
+            return False
+
+    if not any(uses_credit(name) for name in {e.profile for e in entries}):
+        return None
+    waiting: dict[str, int] = {}
+    for entry in entries:
+        waiting[entry.pool] = waiting.get(entry.pool, 0) + 1
+    return pool_credits(backend.waits(CREDIT_WINDOW_S), waiting)
 
 
 def _decide(
@@ -239,6 +268,8 @@ def wait_in_queue(
     timeout_s: float,
     interference: InterferenceModel | None = None,
     state: ClusterState | None = None,
+    pool: str = "default",
+    expected_runtime_s: float | None = None,
     poll_s: float = 2.0,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
@@ -246,7 +277,7 @@ def wait_in_queue(
     """Queue the demand and wait, blocking, until a round books it (:func:`enqueue_demand`, then
     :func:`wait_for_booking`)."""
     started = clock()
-    entry = enqueue_demand(backend, demand, profile, owner, interference, state)
+    entry = enqueue_demand(backend, demand, profile, owner, interference, state, pool, expected_runtime_s)
     acquired = wait_for_booking(backend, entry, profile, timeout_s, interference, poll_s, clock, sleep)
     return replace(acquired, seconds=clock() - started)
 

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import platform
+import statistics
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,8 +28,8 @@ from horus_airflow.features.graph import GraphFeatures
 from horus_airflow.jobs import JobSpec
 from horus_airflow.placement import Decision, GpuState
 from horus_airflow.predictor.demand import GpuDemand
-from horus_airflow.run_schema import Experiment, Param, Tag, tag_equals
-from horus_airflow.registry.store import client, experiment_id, search
+from horus_airflow.run_schema import Experiment, Metric, Param, Tag, param_equals, tag_equals
+from horus_airflow.registry.store import QUICK, client, experiment_id, search
 from horus_airflow.settings import Settings
 from horus_airflow.telemetry import RunSummary, nvml
 
@@ -231,3 +232,24 @@ def log_pod_run(
         record = ProfilingRecord(spec, features, GpuDemand(first.util, first.util_p90, first.mem_mib), predictor, None, gpus,
                                  summary, run_dir, tags, co_residents=tuple(filter(None, co_residents.split(","))))
         return log_profiling_run(settings, record)
+
+
+def expected_runtime_s(settings: Settings, spec: JobSpec, dataset: str, latest: int = 20) -> float | None:
+    """How long the same workload ran before: the median ``duration_s`` of its ``latest`` successful
+    profiling runs (same model, dataset, batch size, precision, steps, GPUs and command), for the queue
+    policies that order by runtime. None when it never ran, or when MLflow cannot be asked quickly (the
+    job then waits without an expected runtime, as a first run does)."""
+    clauses = " and ".join([param_equals(Param.MODEL, spec.model), param_equals(Param.DATASET, dataset),
+                            param_equals(Param.BATCH_SIZE, str(spec.batch_size)), param_equals(Param.PRECISION, spec.precision),
+                            param_equals(Param.STEPS, str(spec.steps)), param_equals(Param.GPUS, str(spec.gpus)),
+                            tag_equals(Tag.EXIT_CODE, "0"), "attributes.status = 'FINISHED'"])
+    command = " ".join(spec.command)[:500] if spec.command else None
+    try:
+        runs = search(settings, Experiment.PROFILING, clauses, max_results=latest, order_by=["attributes.start_time DESC"],
+                      policy=QUICK)
+    except Exception as exc:  # noqa: BLE001  (any failure to reach MLflow: a wait without a runtime, not a failed task)
+        log.warning("no expected runtime for %s: MLflow could not be searched (%s)", spec.model, exc)
+        return None
+    durations = [run.data.metrics[Metric.DURATION_S] for run in runs
+                 if Metric.DURATION_S in run.data.metrics and run.data.params.get(Param.COMMAND) == command]
+    return statistics.median(durations) if durations else None
