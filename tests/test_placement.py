@@ -251,10 +251,14 @@ def test_queue_policies_order_the_waiting_jobs() -> None:
     assert order["credit"][0] == "d"
 
 
-def test_a_starving_job_is_tried_alone_first() -> None:
+def test_a_starving_job_is_tried_first() -> None:
     jobs = [waiting("old", 90, 0, skips=10), waiting("new", 5, 1)]
+    state = ClusterState((gpu(0),))
     for name in ("lookahead", "shortest-first", "credit"):
-        assert [w.demand.job_id for w in load_profile_with_queue(name).queue.order(jobs)] == ["old"]
+        profile = load_profile_with_queue(name)
+        assert profile.queue.starving(jobs) is jobs[0]
+        done = schedule(jobs, state, profile)
+        assert done.job is jobs[0] and [d.job_id for d in done.tried] == ["old"]
 
 
 def test_schedule_places_the_first_job_that_fits_in_policy_order() -> None:
@@ -381,7 +385,7 @@ def test_schedule_does_not_retry_a_demand_equal_to_one_that_did_not_fit() -> Non
     assert done.job is not None and done.job.demand.job_id == "small"
     assert [d.job_id for d in done.tried] == ["big-0", "small"]
     failed = schedule(jobs[:5], state, load_profile_with_queue("shortest-first"))
-    assert failed.job is None and failed.unplaceable == {demand_shape(jobs[0].demand)}
+    assert failed.job is None and failed.unplaceable == {(demand_shape(jobs[0].demand), None)}
     # the next round on the very same state (an arrival, nothing else changed) tries only the newcomer
     again = schedule(jobs, state, load_profile_with_queue("shortest-first"), unplaceable=failed.unplaceable)
     assert [d.job_id for d in again.tried] == ["small"]

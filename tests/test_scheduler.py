@@ -241,3 +241,27 @@ def test_the_expected_runtime_is_the_median_of_the_same_workloads_profiling_runs
     assert expected_runtime_s(settings, spec, "cifar10") == 120.0  # other batch sizes and failed runs left out
     assert expected_runtime_s(settings, JobSpec(model="resnet18", batch_size=32, steps=10, command=("python", "t.py")),
                               "cifar10") is None  # another command is another workload
+
+
+def test_a_gang_past_its_bound_is_held_for_and_only_a_job_ending_in_time_backfills(backend: LocalBackend) -> None:
+    """The ledger knows when each round's booking should end (booked at + expected runtime): the gang,
+    passed over once, holds both GPUs until the long job's end; a later long job waits, a short one
+    backfills the GPU that freed."""
+    from horus_airflow.placement.profiles import parse_profile
+
+    strict = parse_profile({"name": "one-per-gpu", "filters": [{"name": "memory-fit"}, {"name": "max-residents", "args": {"limit": 1}}],
+                            "scores": [{"name": "horus-cost"}], "queue": {"policy": "lookahead", "k": 5, "max_skips": 1}})
+    rounds = lambda: run_round(backend, profiles=lambda name: strict)  # noqa: E731
+    first = backend.enqueue("d/a/r/-1", _demand("a", 40), strict.name, expected_runtime_s=100.0)
+    rounds()
+    gang = backend.enqueue("d/g/r/-1", _demand("gang", 40, gpus=2), strict.name)
+    backend.enqueue("d/long/r/-1", _demand("long", 40), strict.name, expected_runtime_s=1_000.0)
+    assert [e.demand.job_id for e, _, _ in rounds().booked] == ["long"]
+    assert {r.ends_at is not None for g in backend.snapshot().gpus for r in g.residents} == {True}
+    later = backend.enqueue("d/long2/r/-1", _demand("long2", 40), strict.name, expected_runtime_s=1_000.0)
+    short = backend.enqueue("d/short/r/-1", _demand("short", 40), strict.name, expected_runtime_s=10.0)
+    backend.release(backend.reservation(backend.queue_entry(first.entry_id).reservation_id))
+    assert [e.demand.job_id for e, _, _ in rounds().booked] == ["short"]
+    assert "local/0,local/1 held for gang, which waited past its bound" in backend.queue_entry(gang.entry_id).reason
+    assert "held for gang" in backend.queue_entry(later.entry_id).reason
+    assert backend.queue_entry(short.entry_id).status(backend.now()) == "booked"

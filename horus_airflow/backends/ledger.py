@@ -70,10 +70,12 @@ CREATE TABLE IF NOT EXISTS queue (
     left_at REAL
 );
 CREATE INDEX IF NOT EXISTS queue_waiting ON queue (left_at, reservation_id, enqueued_at);
+CREATE INDEX IF NOT EXISTS queue_reservation ON queue (reservation_id);
 """
-_ACTIVE = (
-    "SELECT gpu_id, job_id, util, util_p90, mem_mib, signature FROM reservations "
-    "WHERE released_at IS NULL AND lease_expires_at > ? ORDER BY created_at"
+_ACTIVE = (  # a booking made by a round ends, as expected, its runtime after it was booked
+    "SELECT r.gpu_id, r.job_id, r.util, r.util_p90, r.mem_mib, r.signature, r.created_at + q.expected_runtime_s "
+    "FROM reservations r LEFT JOIN queue q ON q.reservation_id = r.reservation_id "
+    "WHERE r.released_at IS NULL AND r.lease_expires_at > ? ORDER BY r.created_at"
 )
 
 
@@ -452,8 +454,8 @@ def _active(conn: sqlite3.Connection, now: float) -> tuple[int, dict[str, list[R
     rows = conn.execute(_ACTIVE, (now,)).fetchall()
     conn.execute("COMMIT")
     residents: dict[str, list[Resident]] = {}
-    for gpu_id, job_id, util, util_p90, mem, signature in rows:
-        residents.setdefault(gpu_id, []).append(Resident(job_id, util, util_p90, mem, _signature(signature)))
+    for gpu_id, job_id, util, util_p90, mem, signature, ends_at in rows:
+        residents.setdefault(gpu_id, []).append(Resident(job_id, util, util_p90, mem, _signature(signature), ends_at))
     return version, residents
 
 

@@ -22,6 +22,7 @@ from horus_airflow.interference import InterferenceModel, SummedUtilization
 from horus_airflow.placement.plugins import FilterResult, Need, Verdict, scaled
 from horus_airflow.placement.profiles import Profile
 from horus_airflow.placement.queue import Waiting
+from horus_airflow.placement.holds import Hold, hold_for
 from horus_airflow.placement.state import ClusterState
 from horus_airflow.predictor.demand import LOW_CONFIDENCE_MEMORY_FACTOR, Demand
 
@@ -63,7 +64,7 @@ class _Trace:
     profile: Profile
     need: Need
     filters: tuple[FilterResult, ...]
-    first_failure: np.ndarray  # index of the first failing filter, len(filters) for a shortlist, -1 passed, -2 no prediction
+    first_failure: np.ndarray  # index of the first failing filter, len(filters) for a shortlist, -1 passed, -2 no prediction, -3 held
     parts: dict[str, np.ndarray]
     total: np.ndarray
     shortlist_rows: dict[int, int]  # GPU position -> row of the shortlist arrays
@@ -71,6 +72,7 @@ class _Trace:
     shortlist_parts: dict[str, np.ndarray]
     shortlist_verdicts: tuple[tuple[str, Verdict], ...] = ()  # per row: the first plugin that rejected it, or the last verdict
     chosen: tuple[int, ...] = ()  # positions of the GPUs the decision took
+    hold: Hold | None = None  # GPUs kept from this job for a starving one
 
 
 @dataclass(frozen=True)
@@ -126,14 +128,19 @@ class Decision:
         return json.dumps(self.to_dict(top=_EXPLAINED_ALTERNATIVES), separators=(",", ":"))
 
 
-def place(demand: Demand, state: ClusterState, profile: Profile, interference: InterferenceModel | None = None) -> Decision:
+def place(demand: Demand, state: ClusterState, profile: Profile, interference: InterferenceModel | None = None,
+          hold: Hold | None = None) -> Decision:
     """Filter every GPU, score the survivors, run the interference score on the best ``score_top``,
-    then take the cheapest set of ``demand.gpus`` GPUs."""
+    then take the cheapest set of ``demand.gpus`` GPUs. GPUs in ``hold`` are not this job's to take."""
     gpus = state.arrays
     count = len(state.gpus)
     need = _need(demand, state)
     alive = need.predicted.copy()
     first_failure = np.where(alive, -1, -2)
+    if hold is not None:
+        held = hold.mask(count) & alive
+        first_failure[held] = -3
+        alive &= ~held
     results = []
     for position, plugin in enumerate(profile.filters):
         result = plugin.evaluate(need, gpus)
@@ -175,7 +182,7 @@ def place(demand: Demand, state: ClusterState, profile: Profile, interference: I
         alive &= shortlisted
     chosen, cost = _choose(demand.gpus, alive, total, state, profile)
     trace = _Trace(state, profile, need, tuple(results), first_failure, parts, total, rows, kept, row_parts, row_verdicts,
-                   tuple(chosen))
+                   tuple(chosen), hold)
     if not chosen:
         return Decision(demand.job_id, profile.name, (), _why_not(demand, alive, trace), state.version, None, trace)
     gpu_ids = tuple(state.gpus[i].gpu_id for i in chosen)
@@ -185,13 +192,15 @@ def place(demand: Demand, state: ClusterState, profile: Profile, interference: I
 
 @dataclass(frozen=True)
 class Scheduled:
-    """What one scheduling round did: the job placed (None when none could be), every decision tried, and
-    the demands (:func:`demand_shape`) that did not fit the state, for the next round on the same state."""
+    """What one scheduling round did: the job placed (None when none could be), every decision tried, the
+    demands that did not fit the state (:func:`demand_shape`, with the hold they were tried under) for the
+    next round on the same state, and the GPUs held for a starving job that did not fit."""
 
     job: Waiting | None
     decision: Decision | None
     tried: tuple[Decision, ...]
     unplaceable: frozenset[Hashable] = frozenset()
+    hold: Hold | None = None
 
 
 def schedule(
@@ -202,23 +211,42 @@ def schedule(
     credits: Mapping[str, float] | None = None,
     unplaceable: frozenset[Hashable] = frozenset(),
 ) -> Scheduled:
-    """Try the waiting jobs in the order the profile's queue policy gives; the first that fits wins. A
-    job whose demand equals one that did not fit this state (same GPUs, predictions and signature: the
-    same workload) is not tried again, since the placer would give the same answer. ``unplaceable``
-    carries those demands over from an earlier round on the very same state: a loop that calls again
-    after an arrival, with nothing else changed, tries only the newcomers."""
+    """Try the waiting jobs in the order the profile's queue policy gives; the first that fits wins. A job
+    past the policy's bound (:meth:`~horus_airflow.placement.queue.QueuePolicy.starving`) is tried first;
+    if it does not fit, GPUs are held for it (:func:`hold_for`) and the others are tried on the rest,
+    a job predicted to end before the held GPUs free up on all of them (a policy with ``backfill`` off
+    tries no other job). A job whose demand equals one that did not fit this state under the same hold
+    (same GPUs, predictions and signature: the same workload) is not tried again, since the placer would
+    give the same answer. ``unplaceable`` carries those over from an earlier round on the very same state:
+    a loop that calls again after an arrival, with nothing else changed, tries only the newcomers."""
     tried = []
     failed = set(unplaceable)
-    for job in profile.queue.order(waiting, credits):
-        shape = demand_shape(job.demand)
-        if shape in failed:
+    policy = profile.queue
+    hold = None
+    hungry = policy.starving(waiting)
+    if hungry is not None:
+        key = (demand_shape(hungry.demand), None)
+        if key not in failed:
+            decision = place(hungry.demand, state, profile, interference)
+            tried.append(decision)
+            if decision.placed:
+                return Scheduled(hungry, decision, tuple(tried), frozenset(failed))
+            failed.add(key)
+        hold = hold_for(hungry, state) if policy.backfill else None
+        if hold is None and not policy.backfill:
+            return Scheduled(None, None, tuple(tried), frozenset(failed))
+        waiting = [w for w in waiting if w is not hungry]
+    for job in policy.order(waiting, credits):
+        kept_from = None if hold is None or hold.admits(job) else hold
+        key = (demand_shape(job.demand), kept_from.job_id if kept_from else None)
+        if key in failed:
             continue
-        decision = place(job.demand, state, profile, interference)
+        decision = place(job.demand, state, profile, interference, kept_from)
         tried.append(decision)
         if decision.placed:
-            return Scheduled(job, decision, tuple(tried), frozenset(failed))
-        failed.add(shape)
-    return Scheduled(None, None, tuple(tried), frozenset(failed))
+            return Scheduled(job, decision, tuple(tried), frozenset(failed), hold)
+        failed.add(key)
+    return Scheduled(None, None, tuple(tried), frozenset(failed), hold)
 
 
 def demand_shape(demand: Demand) -> Hashable:
@@ -331,6 +359,8 @@ def _compact(trace: _Trace, gpu_ids: tuple[str, ...], top: int) -> tuple[tuple[C
     for code, at, n in zip(codes.tolist(), first.tolist(), number.tolist()):
         if code == -2:
             name = "prediction"
+        elif code == -3:
+            name = "hold"
         elif 0 <= code < len(filters):
             name = filters[code].name
         else:
@@ -351,6 +381,8 @@ def _candidate(trace: _Trace, i: int) -> Candidate:
     failed_at = int(trace.first_failure[i])
     if failed_at == -2:
         return Candidate(gpu.gpu_id, gpu.gpu_type, (("prediction", Verdict(False, "no prediction for this GPU type")),))
+    if failed_at == -3 and trace.hold is not None:
+        return Candidate(gpu.gpu_id, gpu.gpu_type, (("hold", Verdict(False, trace.hold.describe())),))
     checked = len(filters) if failed_at < 0 or failed_at >= len(filters) else failed_at + 1
     verdicts = []
     for position in range(checked):

@@ -1,8 +1,11 @@
 """Queue policies: which waiting job the placer tries next. Pure: the caller (a backend or the
 simulator) owns time, and passes how long each job has waited and how often it was passed over.
 
-Every policy has starvation protection: a job passed over ``max_skips`` times, or waiting longer than
-``max_wait_s``, is tried alone and first until it is placed, so later jobs cannot overtake it forever.
+Every policy but ``fifo`` (which never lets a job overtake) has starvation protection: a job passed over
+``max_skips`` times, or waiting longer than ``max_wait_s``, is :meth:`~QueuePolicy.starving`; it is tried
+first, and while it does not fit GPUs are held for it (:func:`~horus_airflow.placement.holds.hold_for`):
+other jobs get the rest, and only one predicted to end before the held GPUs free up may backfill them.
+``backfill: false`` keeps the strict form: while a starving job does not fit, no other job is placed.
 """
 
 from __future__ import annotations
@@ -36,8 +39,15 @@ class Waiting:
 
 class QueuePolicy(Protocol):
     name: str
+    backfill: bool  # while a starving job does not fit: others may use what is not held for it
 
-    def order(self, waiting: Sequence[Waiting], credits: Mapping[str, float] | None = None) -> list[Waiting]: ...
+    def order(self, waiting: Sequence[Waiting], credits: Mapping[str, float] | None = None) -> list[Waiting]:
+        """The jobs to try, best first (starvation aside: :meth:`starving` says who goes before all)."""
+        ...
+
+    def starving(self, waiting: Sequence[Waiting]) -> Waiting | None:
+        """The oldest job past the policy's bound (skips or wait), which goes first and is held for."""
+        ...
 
 
 def _check_window(k: int, max_skips: int, max_wait_s: float, smallest_k: int = 1) -> None:
@@ -47,9 +57,9 @@ def _check_window(k: int, max_skips: int, max_wait_s: float, smallest_k: int = 1
         in_range(max_wait_s, "max_wait_s", 0.0, above=True)
 
 
-def _starving(waiting: Sequence[Waiting], max_skips: int, max_wait_s: float) -> list[Waiting]:
+def _starving(waiting: Sequence[Waiting], max_skips: int, max_wait_s: float) -> Waiting | None:
     hungry = [w for w in waiting if w.skips >= max_skips or w.waited_s >= max_wait_s]
-    return [min(hungry, key=lambda w: w.arrival)] if hungry else []
+    return min(hungry, key=lambda w: w.arrival) if hungry else None
 
 
 @dataclass(frozen=True)
@@ -57,9 +67,13 @@ class Fifo:
     """Strict arrival order: only the oldest job is tried (head-of-line blocking, the baseline)."""
 
     name = "fifo"
+    backfill = False
 
     def order(self, waiting: Sequence[Waiting], credits: Mapping[str, float] | None = None) -> list[Waiting]:
         return [min(waiting, key=lambda w: w.arrival)] if waiting else []
+
+    def starving(self, waiting: Sequence[Waiting]) -> Waiting | None:
+        return None
 
 
 @dataclass(frozen=True)
@@ -69,15 +83,16 @@ class Lookahead:
     k: int = 5
     max_skips: int = 10
     max_wait_s: float = math.inf
+    backfill: bool = True
     name = "lookahead"
 
     def __post_init__(self) -> None:
         _check_window(self.k, self.max_skips, self.max_wait_s)
 
+    def starving(self, waiting: Sequence[Waiting]) -> Waiting | None:
+        return _starving(waiting, self.max_skips, self.max_wait_s)
+
     def order(self, waiting: Sequence[Waiting], credits: Mapping[str, float] | None = None) -> list[Waiting]:
-        starving = _starving(waiting, self.max_skips, self.max_wait_s)
-        if starving:
-            return starving
         window = sorted(waiting, key=lambda w: w.arrival)[: self.k]
         return sorted(window, key=lambda w: (w.mean_util, w.arrival))
 
@@ -89,15 +104,16 @@ class ShortestFirst:
     k: int = 0
     max_skips: int = 10
     max_wait_s: float = math.inf
+    backfill: bool = True
     name = "shortest-first"
 
     def __post_init__(self) -> None:
         _check_window(self.k, self.max_skips, self.max_wait_s, smallest_k=0)
 
+    def starving(self, waiting: Sequence[Waiting]) -> Waiting | None:
+        return _starving(waiting, self.max_skips, self.max_wait_s)
+
     def order(self, waiting: Sequence[Waiting], credits: Mapping[str, float] | None = None) -> list[Waiting]:
-        starving = _starving(waiting, self.max_skips, self.max_wait_s)
-        if starving:
-            return starving
         window = sorted(waiting, key=lambda w: w.arrival)
         window = window[: self.k] if self.k else window
         return sorted(window, key=lambda w: (math.inf if w.expected_runtime_s is None else w.expected_runtime_s, w.arrival))
@@ -111,15 +127,16 @@ class Credit:
     k: int = 5
     max_skips: int = 10
     max_wait_s: float = math.inf
+    backfill: bool = True
     name = "credit"
 
     def __post_init__(self) -> None:
         _check_window(self.k, self.max_skips, self.max_wait_s)
 
+    def starving(self, waiting: Sequence[Waiting]) -> Waiting | None:
+        return _starving(waiting, self.max_skips, self.max_wait_s)
+
     def order(self, waiting: Sequence[Waiting], credits: Mapping[str, float] | None = None) -> list[Waiting]:
-        starving = _starving(waiting, self.max_skips, self.max_wait_s)
-        if starving:
-            return starving
         balance = credits or {}
         return sorted(waiting, key=lambda w: (-balance.get(w.queue, 0.0), w.arrival))[: self.k]
 
@@ -141,6 +158,7 @@ class RemainingTime:
     aging: float = 0.3
     max_skips: int = 1_000_000
     max_wait_s: float = math.inf
+    backfill: bool = True
     name = "remaining-time"
 
     def __post_init__(self) -> None:
@@ -148,10 +166,10 @@ class RemainingTime:
         whole(self.window, "window", 0)
         in_range(self.aging, "aging (seconds of runtime forgiven per second waited)", 0.0)
 
+    def starving(self, waiting: Sequence[Waiting]) -> Waiting | None:
+        return _starving(waiting, self.max_skips, self.max_wait_s)
+
     def order(self, waiting: Sequence[Waiting], credits: Mapping[str, float] | None = None) -> list[Waiting]:
-        starving = _starving(waiting, self.max_skips, self.max_wait_s)
-        if starving:
-            return starving
         if self.window:
             waiting = sorted(waiting, key=lambda w: w.arrival)[: self.window]
         known = [w.expected_runtime_s for w in waiting if w.expected_runtime_s is not None]

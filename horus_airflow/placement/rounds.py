@@ -63,6 +63,9 @@ def scheduling_round(
         for decision in done.tried:
             if not decision.placed:
                 reasons[decision.job_id] = decision.reason
+        if done.hold is not None and done.hold.job_id in reasons:
+            hold = done.hold
+            reasons[hold.job_id] = f"{reasons[hold.job_id]}; {','.join(hold.gpu_ids)} {hold.describe()}"
         if done.job is None or done.decision is None:
             unplaceable = done.unplaceable
             break
@@ -79,16 +82,19 @@ def scheduling_round(
 
 
 def _turn(job: Waiting, unplaceable: frozenset[Hashable], profile: Profile) -> str:
-    if demand_shape(job.demand) in unplaceable:
+    shape = demand_shape(job.demand)
+    if any(key[0] == shape for key in unplaceable if isinstance(key, tuple)):
         return "a queued job with the same demand does not fit now"
     return f"waits its turn: the {profile.queue.name} queue policy tries other jobs first"
 
 
 def _with_booking(state: ClusterState, job: Waiting, decision: Decision, position: Mapping[str, int]) -> ClusterState:
     changes = {}
+    now = job.arrival + job.waited_s
+    ends_at = None if job.expected_runtime_s is None else now + job.expected_runtime_s
     for gpu_id in decision.gpu_ids:
         gpu = state.gpus[position[gpu_id]]
         need = job.demand.on(gpu.gpu_type)
-        resident = Resident(job.demand.job_id, need.util, need.util_p90, need.mem_mib, job.demand.signature)
+        resident = Resident(job.demand.job_id, need.util, need.util_p90, need.mem_mib, job.demand.signature, ends_at)
         changes[position[gpu_id]] = replace(gpu, residents=(*gpu.residents, resident))
     return state.with_changes(changes)

@@ -23,13 +23,16 @@ Signature = tuple[float, ...]
 @dataclass(frozen=True)
 class Resident:
     """A job holding a slot on a GPU, with the demand it was placed with and, when known, its
-    interference signature (see :func:`horus_airflow.interference.signature`)."""
+    interference signature (see :func:`horus_airflow.interference.signature`) and when it is expected to
+    end (its start plus its expected runtime, in the queue's clock), which tells a held gang when its
+    GPUs free up."""
 
     job_id: str
     util: float
     util_p90: float
     mem_mib: float
     signature: tuple[float, ...] = ()
+    ends_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,11 @@ class GpuState:
     def summed_p90(self) -> float:
         return sum(r.util_p90 for r in self.residents)
 
+    @property
+    def free_at(self) -> float:
+        """When its last resident is expected to end: -inf when it has none, inf when one's end is unknown."""
+        return max((math.inf if r.ends_at is None else r.ends_at for r in self.residents), default=-math.inf)
+
 
 @dataclass(frozen=True)
 class ClusterArrays:
@@ -78,6 +86,7 @@ class ClusterArrays:
     gpu_index: np.ndarray
     node_gpus: np.ndarray  # per GPU: GPUs on its node
     node_busy: np.ndarray  # per GPU: GPUs with residents on its node
+    free_at: np.ndarray  # per GPU: :attr:`GpuState.free_at`
     resident_signatures: tuple[tuple[Signature, ...], ...] = ()  # per GPU: its residents' signatures
     crash_partners: Mapping[Signature, frozenset[Signature]] = field(default_factory=dict)  # from ``crashed_pairs``
 
@@ -85,14 +94,15 @@ class ClusterArrays:
         """New arrays with these GPUs' residents replaced; the old arrays stay as they were (a decision
         made on them can still be explained)."""
         used, util, p90, count = self.used_mem.copy(), self.summed_util.copy(), self.summed_p90.copy(), self.residents.copy()
+        free_at = self.free_at.copy()
         signatures = list(self.resident_signatures)
         for i, gpu in changes.items():
             used[i], util[i], count[i] = gpu.used_mem_mib, gpu.summed_util, len(gpu.residents)
-            p90[i] = gpu.summed_p90
+            p90[i], free_at[i] = gpu.summed_p90, gpu.free_at
             signatures[i] = tuple(r.signature for r in gpu.residents)
         busy_per_node = np.bincount(self.node_index, weights=(count > 0), minlength=len(self.nodes))
         return replace(self, used_mem=used, summed_util=util, summed_p90=p90, residents=count,
-                       node_busy=busy_per_node[self.node_index], resident_signatures=tuple(signatures))
+                       node_busy=busy_per_node[self.node_index], free_at=free_at, resident_signatures=tuple(signatures))
 
 
 def crash_partners(pairs: frozenset[tuple[Signature, Signature]]) -> dict[Signature, frozenset[Signature]]:
@@ -141,6 +151,7 @@ class ClusterState:
             gpu_index=np.fromiter((g.index for g in gpus), dtype=np.int64, count=len(gpus)),
             node_gpus=per_node[node_index],
             node_busy=busy_per_node[node_index],
+            free_at=np.fromiter((g.free_at for g in gpus), dtype=float, count=len(gpus)),
             resident_signatures=tuple(tuple(r.signature for r in g.residents) for g in gpus),
             crash_partners=crash_partners(self.crashed_pairs),
         )
@@ -169,7 +180,8 @@ class ClusterState:
                     "memory_mib": g.memory_mib, "healthy": g.healthy,
                     "residents": [
                         {"job_id": r.job_id, "util": r.util, "util_p90": r.util_p90, "mem_mib": r.mem_mib,
-                         **({"signature": list(r.signature)} if r.signature else {})}
+                         **({"signature": list(r.signature)} if r.signature else {}),
+                         **({"ends_at": r.ends_at} if r.ends_at is not None else {})}
                         for r in g.residents
                     ],
                 }
@@ -198,7 +210,7 @@ class ClusterState:
 
 
 _STATE_SHAPE = ('expected {"gpus": [{"gpu_id", "node", "gpu_type", "memory_mib", optional "index", "rack", "healthy", '
-                '"residents": [{"job_id", "util", "util_p90", "mem_mib", optional "signature"}]}]}')
+                '"residents": [{"job_id", "util", "util_p90", "mem_mib", optional "signature", "ends_at"}]}]}')
 
 
 def _read_crashed_pairs(raw: Any) -> frozenset[tuple[Signature, Signature]]:
@@ -251,8 +263,10 @@ def _read_resident(raw: Any, where: str) -> Resident:
         signature = raw.get("signature", [])
         if not isinstance(signature, list):
             raise TypeError(f"signature must be a list of numbers, got {type(signature).__name__}")
+        ends_at = raw.get("ends_at")
         return Resident(_text(raw, "job_id"), util, _number(raw, "util_p90", low=0.0, high=100.0, default=util),
-                        _number(raw, "mem_mib", low=0.0), tuple(finite(x, "signature") for x in signature))
+                        _number(raw, "mem_mib", low=0.0), tuple(finite(x, "signature") for x in signature),
+                        None if ends_at is None else finite(ends_at, "ends_at"))
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{where}: {exc}") from None
     except KeyError as exc:

@@ -282,8 +282,10 @@ def _as_of(job: Waiting, now: float) -> Waiting:
 
 
 def _resident(entry: _Running, gpu_type: str) -> Resident:
+    """As the policies see it: its end predicted from its expected runtime alone, not the true slowed one."""
     need = entry.demand.on(gpu_type)
-    return Resident(entry.demand.job_id, need.util, need.util_p90, need.mem_mib, entry.demand.signature)
+    return Resident(entry.demand.job_id, need.util, need.util_p90, need.mem_mib, entry.demand.signature,
+                    entry.started_s + entry.job.duration_s)
 
 
 def _truth_on(g: int, residents: list[list[str]], running: dict[int, _Running], truth: MeasuredTruth, spec, demands: Demands,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import pandas as pd
 
@@ -27,7 +27,7 @@ def run_simulation(
     trace_path: Path,
     trace_format: str,
     cluster: Cluster,
-    profiles: list[str],
+    profiles: Sequence[str | Profile],
     pairs_path: Path = DATA / "gavel_pairs.csv",
     isolated_path: Path = DATA / "gavel_isolated.csv",
     arrival_scale: float = 1.0,
@@ -35,11 +35,12 @@ def run_simulation(
     progress: Callable[[str, int, int], None] | None = None,
     predictor: DemandPredictor | None = None,
 ) -> SimulationReport:
-    """``arrival_scale`` > 1 compresses arrival times (more load on the same cluster); ``limit`` keeps
-    the first jobs by arrival; ``predictor`` predicts the policies' demands (default: the analytic prior)."""
+    """``profiles``: shipped profiles' names, or profiles built in code. ``arrival_scale`` > 1 compresses
+    arrival times (more load on the same cluster); ``limit`` keeps the first jobs by arrival;
+    ``predictor`` predicts the policies' demands (default: the analytic prior)."""
     if arrival_scale <= 0:
         raise TraceError(f"arrival scale must be > 0, got {arrival_scale}")
-    loaded_profiles = [load_profile(name) for name in profiles]
+    loaded_profiles = [p if isinstance(p, Profile) else load_profile(p) for p in profiles]
     isolated = pd.read_csv(isolated_path) if trace_format == "gavel" else None
     trace = read_trace(trace_path, trace_format, cluster.gpu_type, isolated)
     jobs = trace.jobs[:limit] if limit else trace.jobs
