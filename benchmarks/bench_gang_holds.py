@@ -6,10 +6,9 @@ The first jobs of Chronus' Philly-like MIX1 trace (data/traces/chronus, MIT: 92 
 2 to 32 GPUs) on N x 8 V100s, so that jobs queue. Two shipped profiles' queue policies, each in three
 forms measured in the same run on the same jobs:
 
-- ``backfill``: a starving job that does not fit gets the GPUs that free up first held for it, other jobs
+- ``backfill`` (``backfill: true``): a starving job that does not fit gets the GPUs that free up first held for it, other jobs
   use the rest, and a job predicted to end before the held GPUs free up may use them;
-- ``strict``: ``backfill: false``; while a starving job does not fit, no other job starts (what the
-  starvation guard did before holds);
+- ``strict`` (the default): while a starving job does not fit, no other job starts;
 - ``no bound``: no starvation guard (``max_skips`` a million, no ``max_wait_s``): small jobs may overtake
   a gang for as long as they keep coming.
 
@@ -17,12 +16,17 @@ forms measured in the same run on the same jobs:
 (least remaining time with aging) ships with no bound, so its bounded forms use ``max_wait_s = --bound-s``.
 Wait is start minus arrival; "gangs" are jobs of 4 GPUs or more. Ratios are against each profile's
 ``strict`` form.
+
+``--heavy`` runs instead ``horus-paper`` strict and with backfill on the first 3,000 jobs of the five
+Gavel VCs merged (bench_simulator.py's heavily queued scenario, 16 x 8 V100s), counting OOM crashes.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -30,6 +34,7 @@ from horus_airflow.placement import load_profile
 from horus_airflow.simulator.engine import Cluster, SimulationRun
 from horus_airflow.simulator.runner import run_simulation
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_simulator's merged Gavel VCs
 TRACE = Path(__file__).resolve().parent.parent / "data" / "traces" / "chronus" / "trace_job_Philly_MIX1.csv"
 GANG = 4
 
@@ -40,13 +45,17 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=8)
     parser.add_argument("--arrival-scale", type=float, default=1.0)
     parser.add_argument("--bound-s", type=float, default=600.0, help="max_wait_s of horus-throughput's bounded forms")
+    parser.add_argument("--heavy", action="store_true", help="horus-paper on 3,000 jobs of the merged Gavel VCs")
     args = parser.parse_args()
+    if args.heavy:
+        heavy()
+        return
     variants = []
     for name in ("horus-paper", "horus-throughput"):
         shipped = load_profile(name)
         bounded = shipped.queue if name == "horus-paper" else replace(shipped.queue, max_wait_s=args.bound_s)
         variants += [
-            replace(shipped, name=f"{name} backfill", queue=bounded),
+            replace(shipped, name=f"{name} backfill", queue=replace(bounded, backfill=True)),
             replace(shipped, name=f"{name} strict", queue=replace(bounded, backfill=False)),
             replace(shipped, name=f"{name} no bound", queue=replace(bounded, max_skips=1_000_000, max_wait_s=float("inf"))),
         ]
@@ -67,6 +76,21 @@ def main() -> None:
     unfinished = {run.profile: run.unfinished for run in report.runs if run.unfinished}
     if unfinished:
         print(f"unfinished (never placed): {unfinished}")
+
+
+def heavy() -> None:
+    from bench_simulator import merged_gavel_vcs
+
+    paper = load_profile("horus-paper")
+    forms = [replace(paper, name=f"horus-paper {label}", queue=replace(paper.queue, backfill=on))
+             for label, on in (("strict", False), ("backfill", True))]
+    with tempfile.TemporaryDirectory() as folder:
+        report = run_simulation(merged_gavel_vcs(Path(folder)), "gavel", Cluster(16, 8, "v100"), forms, limit=3000)
+    print("3,000 jobs of the five Gavel VCs merged on 16 x 8 V100s, recorded arrivals")
+    print(f"{'profile / queue form':<24}{'mean JCT h':>12}{'mean wait h':>13}{'OOM crashes':>13}{'wall s':>9}")
+    for metrics, run in zip(report.results, report.runs):
+        print(f"{metrics.profile:<24}{metrics.avg_jct_s / 3600:>12.1f}{metrics.avg_wait_s / 3600:>13.1f}"
+              f"{metrics.oom_events:>13}{run.wall_s:>9.0f}")
 
 
 def _row(run: SimulationRun) -> dict[str, float]:

@@ -6,7 +6,8 @@ catalog workloads at their reference batch sizes, one in ten a gang of 2, 4 or 8
 16 GPUs (two nodes' worth, scattered) are freed, as finishing jobs free them; the round then places what
 fits in the queue policy's order. Two timings per profile:
 
-- *round*: :func:`horus_airflow.placement.rounds.scheduling_round` alone (the pure decision);
+- *round*: :func:`horus_airflow.placement.rounds.scheduling_round` alone (the pure decision), with the
+  live rounds' limit of ``ROUND_BOOKINGS`` bookings;
 - *ledger round*: :func:`horus_airflow.backends.scheduler.run_round` on the SQLite ledger: read the
   bookings and the queue, decide, book in one compare-and-swap (the local backend's ledger, given the
   8,192 GPUs instead of this machine's). A backend keeps the state it last read and changes only the GPUs
@@ -30,7 +31,7 @@ from pathlib import Path
 
 from horus_airflow.backends import LocalBackend
 from horus_airflow.backends.ledger import Booking
-from horus_airflow.backends.scheduler import run_round
+from horus_airflow.backends.scheduler import ROUND_BOOKINGS, run_round
 from horus_airflow.features import extract_features
 from horus_airflow.features.gpus import gpu_spec
 from horus_airflow.interference import signature
@@ -83,7 +84,7 @@ def _pure_rounds(profile_name: str, state: ClusterState, queue: list[Waiting], r
         freed = _freed(state, 16, rng)
         freed.arrays  # the backend builds the state's arrays when it reads the ledger: timed in the ledger round
         started = time.perf_counter()
-        result = scheduling_round(queue, freed, profile)
+        result = scheduling_round(queue, freed, profile, limit=ROUND_BOOKINGS)
         times.append(time.perf_counter() - started)
         placed += len(result.chosen)
     return times, placed

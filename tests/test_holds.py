@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from horus_airflow.placement import ClusterState, GpuState, Resident, Waiting, schedule
+from horus_airflow.placement import ClusterState, GpuState, Resident, Waiting, load_profile, schedule
 from horus_airflow.placement.holds import hold_for
 from horus_airflow.placement.profiles import parse_profile
 from horus_airflow.placement.rounds import scheduling_round
@@ -32,7 +32,7 @@ def job(name: str, gpus: int, mem: float, arrival: float, now: float = 50.0, run
 
 def profile(**queue: object):  # type: ignore[no-untyped-def]
     return parse_profile({"name": "test", "filters": [{"name": "memory-fit"}], "scores": [{"name": "horus-cost"}],
-                          "queue": {"policy": "lookahead", "k": 5, "max_skips": 3, **queue}})
+                          "queue": {"policy": "lookahead", "k": 5, "max_skips": 3, "backfill": True, **queue}})
 
 
 GANG = job("gang", 4, 40_000, arrival=0.0, skips=3)  # past the bound: 3 skips
@@ -77,6 +77,7 @@ def test_unknown_ends_allow_no_backfill() -> None:
 
 
 def test_without_backfill_a_starving_job_blocks_every_other() -> None:
+    assert load_profile("horus-paper").queue.backfill is False  # the default: opt in with backfill: true
     long_job = job("long", 1, 5_000, arrival=10.0, runtime=1_000.0)
     done = schedule([GANG, long_job], cluster(), profile(backfill=False))
     assert done.job is None and done.hold is None and [d.job_id for d in done.tried] == ["gang"]

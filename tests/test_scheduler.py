@@ -250,7 +250,7 @@ def test_a_gang_past_its_bound_is_held_for_and_only_a_job_ending_in_time_backfil
     from horus_airflow.placement.profiles import parse_profile
 
     strict = parse_profile({"name": "one-per-gpu", "filters": [{"name": "memory-fit"}, {"name": "max-residents", "args": {"limit": 1}}],
-                            "scores": [{"name": "horus-cost"}], "queue": {"policy": "lookahead", "k": 5, "max_skips": 1}})
+                            "scores": [{"name": "horus-cost"}], "queue": {"policy": "lookahead", "k": 5, "max_skips": 1, "backfill": True}})
     rounds = lambda: run_round(backend, profiles=lambda name: strict)  # noqa: E731
     first = backend.enqueue("d/a/r/-1", _demand("a", 40), strict.name, expected_runtime_s=100.0)
     rounds()
@@ -265,3 +265,24 @@ def test_a_gang_past_its_bound_is_held_for_and_only_a_job_ending_in_time_backfil
     assert "local/0,local/1 held for gang, which waited past its bound" in backend.queue_entry(gang.entry_id).reason
     assert "held for gang" in backend.queue_entry(later.entry_id).reason
     assert backend.queue_entry(short.entry_id).status(backend.now()) == "booked"
+
+
+def test_limited_rounds_carry_on_where_the_last_stopped(backend: LocalBackend) -> None:
+    waiting = [Waiting(_demand(f"j{i}", util), float(i)) for i, util in enumerate([60, 30, 90, 20, 50, 10, 40, 70])]
+    profile = load_profile("horus-paper")
+    whole = [c.job.demand.job_id for c in scheduling_round(waiting, _cluster(4), profile).chosen]
+    order, state, queue = [], _cluster(4), list(waiting)
+    while True:
+        part = scheduling_round(queue, state, profile, limit=2)
+        order += [c.job.demand.job_id for c in part.chosen]
+        assert len(part.chosen) <= 2 and part.more == (len(part.chosen) == 2 and bool(part.held))
+        if not part.more:
+            break
+        assert any("stopped at its limit of 2 bookings" in h.reason for h in part.held)
+        queue, state = [h.job for h in part.held], part.state
+    assert order == whole and len(whole) > 2
+    for i in range(3):
+        backend.enqueue(f"d/{i}/r/-1", _demand(f"e{i}", 40), "exclusive")
+    limited = run_round(backend, max_bookings=1)
+    assert len(limited.booked) == 1 and limited.more
+    assert "stopped at its limit of 1 bookings" in backend.queue()[1][0].reason

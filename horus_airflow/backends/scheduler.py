@@ -31,6 +31,7 @@ from horus_airflow.backends.base import Acquired, Backend, refuse_unplaceable
 log = logging.getLogger(__name__)
 
 ROUND_ATTEMPTS = 5
+ROUND_BOOKINGS = 16  # bookings per round: bounds a round's time and its compare-and-swap window
 CREDIT_WINDOW_S = 3600.0  # the waiting history the credit policy's credits come from
 
 
@@ -76,12 +77,14 @@ class QueueingBackend(Backend, Protocol):
 
 @dataclass(frozen=True)
 class RoundOutcome:
-    """What one round booked (entry, reservation, decision) and how often it had to decide again."""
+    """What one round booked (entry, reservation, decision), how often it had to decide again, and
+    whether it stopped at its limit of bookings while more might fit (``more``)."""
 
     round_id: str
     booked: tuple[tuple[QueueEntry, Reservation, Decision], ...]
     waiting: int
     conflicts: int
+    more: bool = False
 
 
 @functools.cache
@@ -93,10 +96,13 @@ def run_round(
     backend: QueueingBackend,
     interference: InterferenceModel | None = None,
     profiles: Callable[[str], Profile] = _named_profile,
+    max_bookings: int = ROUND_BOOKINGS,
 ) -> RoundOutcome:
     """One scheduling round over the whole queue. Entries are grouped by the profile they were queued
     with; the group holding the oldest entry goes first, each on the state the earlier left. A profile
-    whose queue policy is ``credit`` gets each pool's credit from the ledger's waiting history."""
+    whose queue policy is ``credit`` gets each pool's credit from the ledger's waiting history. At most
+    ``max_bookings`` entries are booked (0: no limit); the next round goes on, as the Kubernetes
+    scheduler binds pod after pod, so no transaction holds the ledger for long."""
     round_id = uuid.uuid4().hex[:12]
     conflicts = 0
     for _ in range(ROUND_ATTEMPTS):
@@ -106,7 +112,7 @@ def run_round(
             conflicts += 1
             continue
         credits = _credits(backend, entries, profiles)
-        chosen, held, skips = _decide(entries, state, backend.now(), interference, profiles, credits)
+        chosen, held, skips, more = _decide(entries, state, backend.now(), interference, profiles, credits, max_bookings)
         by_id = {e.entry_id: e for e in entries}
         bookings = [RoundBooking(entry_id, _bookings(c), _note(c, round_id)) for entry_id, c in chosen]
         try:
@@ -118,7 +124,7 @@ def run_round(
         booked = tuple((by_id[entry_id], r, c.decision) for (entry_id, c), r in zip(chosen, reservations))
         for entry, reservation, _ in booked:
             log.info("round %s booked %s for %s", round_id, ",".join(reservation.gpu_ids), entry.owner)
-        return RoundOutcome(round_id, booked, len(entries) - len(booked), conflicts)
+        return RoundOutcome(round_id, booked, len(entries) - len(booked), conflicts, more)
     log.info("round %s gave up after %d conflicts: the next round decides", round_id, conflicts)
     return RoundOutcome(round_id, (), -1, conflicts)
 
@@ -145,27 +151,36 @@ def _decide(
     interference: InterferenceModel | None,
     profiles: Callable[[str], Profile],
     credits: Mapping[str, float] | None,
-) -> tuple[list[tuple[str, Chosen]], dict[str, str], dict[str, int]]:
+    limit: int,
+) -> tuple[list[tuple[str, Chosen]], dict[str, str], dict[str, int], bool]:
     groups: dict[str, list[QueueEntry]] = {}
     for entry in entries:  # oldest first, so the group of the oldest entry comes first
         groups.setdefault(entry.profile, []).append(entry)
     chosen: list[tuple[str, Chosen]] = []
     held: dict[str, str] = {}
     skips: dict[str, int] = {}
+    more = False
     for name, group in groups.items():
+        if limit and len(chosen) >= limit:
+            more = True
+            held.update({e.entry_id: f"the round stopped at its limit of {limit} bookings; the next round goes on"
+                         for e in group})
+            continue
         try:
             profile = profiles(name)
         except ProfileError as exc:
             held.update({e.entry_id: f"profile {name!r} cannot be loaded here: {exc}" for e in group})
             continue
         entry_of = {e.demand.job_id: e.entry_id for e in group}
-        result = scheduling_round([e.waiting(now) for e in group], state, profile, interference, credits)
+        result = scheduling_round([e.waiting(now) for e in group], state, profile, interference, credits,
+                                  limit - len(chosen) if limit else 0)
+        more = more or result.more
         chosen += [(entry_of[c.job.demand.job_id], c) for c in result.chosen]
         for h in result.held:
             held[entry_of[h.job.demand.job_id]] = h.reason
             skips[entry_of[h.job.demand.job_id]] = h.job.skips
         state = result.state
-    return chosen, held, skips
+    return chosen, held, skips, more
 
 
 def _bookings(chosen: Chosen) -> tuple[Booking, ...]:
@@ -219,10 +234,17 @@ class Look:
 
 def look_at(backend: QueueingBackend, entry_id: str, interference: InterferenceModel | None = None,
             profiles: Callable[[str], Profile] = _named_profile) -> Look:
-    """Run a round, then read the entry: what a waiting task does each time it looks."""
-    outcome = run_round(backend, interference, profiles)
-    entry = backend.queue_entry(entry_id)
-    return Look(entry, entry.status(backend.now()) if entry is not None else "gone", outcome)
+    """Run rounds until one stops short of its limit or books the entry, then read the entry: what a
+    waiting task does each time it looks. Every round that stops at its limit has booked something, so
+    this ends."""
+    conflicts = 0
+    while True:
+        outcome = run_round(backend, interference, profiles)
+        conflicts += outcome.conflicts
+        entry = backend.queue_entry(entry_id)
+        status = entry.status(backend.now()) if entry is not None else "gone"
+        if not outcome.more or status != "waiting" or not outcome.booked:
+            return Look(entry, status, replace(outcome, conflicts=conflicts))
 
 
 def wait_for_booking(

@@ -3,9 +3,11 @@ simulator) owns time, and passes how long each job has waited and how often it w
 
 Every policy but ``fifo`` (which never lets a job overtake) has starvation protection: a job passed over
 ``max_skips`` times, or waiting longer than ``max_wait_s``, is :meth:`~QueuePolicy.starving`; it is tried
-first, and while it does not fit GPUs are held for it (:func:`~horus_airflow.placement.holds.hold_for`):
-other jobs get the rest, and only one predicted to end before the held GPUs free up may backfill them.
-``backfill: false`` keeps the strict form: while a starving job does not fit, no other job is placed.
+first, and while it does not fit no other job is placed (the whole cluster drains for it). With
+``backfill: true`` only the GPUs that free up first are held for it
+(:func:`~horus_airflow.placement.holds.hold_for`): other jobs get the rest, and only one predicted to end
+before the held GPUs free up may backfill them. Opt-in: it lowers mean JCT but, on a heavily queued
+cluster, lets a profile with optimistic memory predictions crash far more often (docs/SCHEDULER.md).
 """
 
 from __future__ import annotations
@@ -83,7 +85,7 @@ class Lookahead:
     k: int = 5
     max_skips: int = 10
     max_wait_s: float = math.inf
-    backfill: bool = True
+    backfill: bool = False
     name = "lookahead"
 
     def __post_init__(self) -> None:
@@ -104,7 +106,7 @@ class ShortestFirst:
     k: int = 0
     max_skips: int = 10
     max_wait_s: float = math.inf
-    backfill: bool = True
+    backfill: bool = False
     name = "shortest-first"
 
     def __post_init__(self) -> None:
@@ -127,7 +129,7 @@ class Credit:
     k: int = 5
     max_skips: int = 10
     max_wait_s: float = math.inf
-    backfill: bool = True
+    backfill: bool = False
     name = "credit"
 
     def __post_init__(self) -> None:
@@ -158,7 +160,7 @@ class RemainingTime:
     aging: float = 0.3
     max_skips: int = 1_000_000
     max_wait_s: float = math.inf
-    backfill: bool = True
+    backfill: bool = False
     name = "remaining-time"
 
     def __post_init__(self) -> None:

@@ -36,11 +36,13 @@ class Held:
 
 @dataclass(frozen=True)
 class RoundResult:
-    """``chosen`` in the order the round placed them; ``state`` is the cluster with their bookings."""
+    """``chosen`` in the order the round placed them; ``state`` is the cluster with their bookings;
+    ``more``: the round stopped at its limit while jobs still waited, so the next round goes on."""
 
     chosen: tuple[Chosen, ...]
     held: tuple[Held, ...]
     state: ClusterState
+    more: bool = False
 
 
 def scheduling_round(
@@ -49,16 +51,23 @@ def scheduling_round(
     profile: Profile,
     interference: InterferenceModel | None = None,
     credits: Mapping[str, float] | None = None,
+    limit: int = 0,
 ) -> RoundResult:
     """Place waiting jobs one at a time, as the profile's queue policy orders them, each on the state the
     earlier ones left; a job placed ahead of an older one counts as a skip of the older one (the
-    policies' starvation guard), as in the simulator."""
+    policies' starvation guard), as in the simulator. ``limit`` > 0 stops after that many jobs (what a
+    round books in one transaction): the next round, on the state with these bookings and skips, carries
+    on where this one stopped."""
     queue = {w.demand.job_id: w for w in waiting}
     position = {gpu.gpu_id: i for i, gpu in enumerate(state.gpus)}
     chosen: list[Chosen] = []
     reasons: dict[str, str] = {}
     unplaceable: frozenset[Hashable] = frozenset()
+    more = False
     while queue:
+        if limit and len(chosen) >= limit:
+            more = True
+            break
         done = schedule(list(queue.values()), state, profile, interference, credits, unplaceable)
         for decision in done.tried:
             if not decision.placed:
@@ -77,11 +86,14 @@ def scheduling_round(
         chosen.append(Chosen(done.job, done.decision))
         state = _with_booking(state, done.job, done.decision, position)
         unplaceable = frozenset()
-    held = tuple(Held(job, reasons.get(job_id) or _turn(job, unplaceable, profile)) for job_id, job in queue.items())
-    return RoundResult(tuple(chosen), held, state)
+    held = tuple(Held(job, reasons.get(job_id) or _turn(job, unplaceable, profile, limit if more else 0))
+                 for job_id, job in queue.items())
+    return RoundResult(tuple(chosen), held, state, more)
 
 
-def _turn(job: Waiting, unplaceable: frozenset[Hashable], profile: Profile) -> str:
+def _turn(job: Waiting, unplaceable: frozenset[Hashable], profile: Profile, stopped_at: int) -> str:
+    if stopped_at:
+        return f"the round stopped at its limit of {stopped_at} bookings; the next round goes on"
     shape = demand_shape(job.demand)
     if any(key[0] == shape for key in unplaceable if isinstance(key, tuple)):
         return "a queued job with the same demand does not fit now"
