@@ -25,16 +25,15 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
 
+from bench_simulator import merged_gavel_vcs
 from horus_airflow.placement import load_profile
 from horus_airflow.simulator.engine import Cluster, SimulationRun
 from horus_airflow.simulator.runner import run_simulation
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_simulator's merged Gavel VCs
 TRACE = Path(__file__).resolve().parent.parent / "data" / "traces" / "chronus" / "trace_job_Philly_MIX1.csv"
 GANG = 4
 
@@ -79,8 +78,6 @@ def main() -> None:
 
 
 def heavy() -> None:
-    from bench_simulator import merged_gavel_vcs
-
     paper = load_profile("horus-paper")
     forms = [replace(paper, name=f"horus-paper {label}", queue=replace(paper.queue, backfill=on))
              for label, on in (("strict", False), ("backfill", True))]

@@ -23,7 +23,7 @@ from horus_airflow.backends.ledger import Booking, DecisionNote, QueueEntry, Res
 from horus_airflow.errors import LedgerConflictError, NoPlacementError, ProfileError
 from horus_airflow.interference import InterferenceModel
 from horus_airflow.placement import ClusterState, Decision, Profile, load_profile
-from horus_airflow.placement.rounds import Chosen, scheduling_round
+from horus_airflow.placement.rounds import Chosen, scheduling_round, stopped_at_limit
 from horus_airflow.predictor.demand import Demand
 
 from horus_airflow.backends.base import Acquired, Backend, refuse_unplaceable
@@ -163,8 +163,7 @@ def _decide(
     for name, group in groups.items():
         if limit and len(chosen) >= limit:
             more = True
-            held.update({e.entry_id: f"the round stopped at its limit of {limit} bookings; the next round goes on"
-                         for e in group})
+            held.update({e.entry_id: stopped_at_limit(limit) for e in group})
             continue
         try:
             profile = profiles(name)
@@ -243,7 +242,7 @@ def look_at(backend: QueueingBackend, entry_id: str, interference: InterferenceM
         conflicts += outcome.conflicts
         entry = backend.queue_entry(entry_id)
         status = entry.status(backend.now()) if entry is not None else "gone"
-        if not outcome.more or status != "waiting" or not outcome.booked:
+        if not outcome.more or status != "waiting":
             return Look(entry, status, replace(outcome, conflicts=conflicts))
 
 

@@ -6,7 +6,7 @@ first for it: on one node when a node has enough, else across the fewest nodes t
 is put on a held GPU unless it is predicted to end before the hold's GPUs are all free (EASY
 backfilling: it cannot delay the held job). The hold is recomputed from the state in every round,
 never stored, so nothing is left behind when the job is placed, leaves the queue or its owner dies.
-Pure: the clock is the jobs' own (``arrival + waited_s``).
+Pure: the clock is the jobs' own (:attr:`Waiting.now`).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from horus_airflow.placement.plugins import need_of
 from horus_airflow.placement.queue import Waiting
 from horus_airflow.placement.state import ClusterState
 
@@ -48,36 +49,24 @@ class Hold:
 
 
 def hold_for(job: Waiting, state: ClusterState) -> Hold | None:
-    """The GPUs to hold for ``job``: of the GPUs that could take one of its workers once empty (healthy,
-    a type it has a prediction for, enough memory), the set that frees up first, on one node if any node
-    has enough, else the earliest across nodes in node order. None when no such set exists (a demand
-    that cannot fit even the idle cluster waits without holding anything)."""
-    arrays = state.arrays
-    count, k = len(state.gpus), job.demand.gpus
-    if not count:
-        return None
-    mem = np.full(len(arrays.types), np.nan)
-    for position, gpu_type in enumerate(arrays.types):
-        found = job.demand.per_type.get(gpu_type)
-        if found is not None:
-            mem[position] = found.mem_mib
-    need_mem = mem[arrays.type_index]
-    eligible = np.flatnonzero(arrays.healthy & ~np.isnan(need_mem) & (arrays.memory >= np.nan_to_num(need_mem)))
+    """The GPUs to hold for ``job``: of the GPUs that could take one of its workers once empty, as the
+    placer would book it (healthy, a type it has a prediction for, enough
+    memory), the set that frees up first, on one node if any node has enough, else the earliest across
+    nodes in node order. None when no such set exists (a demand that cannot fit even the idle cluster
+    waits without holding anything)."""
+    arrays, k, need = state.arrays, job.demand.gpus, need_of(job.demand, state)
+    eligible = np.flatnonzero(arrays.healthy & need.predicted & (arrays.memory >= need.mem))
     if len(eligible) < k:
         return None
     free_at, busy = arrays.free_at[eligible], arrays.residents[eligible]
     ranked = eligible[np.lexsort((arrays.gpu_index[eligible], busy, free_at, arrays.node_index[eligible]))]
-    nodes = arrays.node_index[ranked]
-    starts = np.flatnonzero(np.r_[True, nodes[1:] != nodes[:-1]])
-    full = starts[np.diff(np.r_[starts, len(ranked)]) >= k]
-    if len(full):
-        sets = ranked[full[:, None] + np.arange(k)]
+    sets = arrays.node_sets(ranked, k)
+    if len(sets):
         last_free = arrays.free_at[sets].max(axis=1)
         load = arrays.residents[sets].sum(axis=1)
         chosen = sets[np.lexsort((load, last_free))[0]]
     else:
         chosen = eligible[np.lexsort((arrays.node_index[eligible], busy, free_at))][:k]
-    now = job.arrival + job.waited_s
     last = float(arrays.free_at[chosen].max())
     return Hold(job.demand.job_id, tuple(int(i) for i in chosen), tuple(state.gpus[int(i)].gpu_id for i in chosen),
-                now, None if math.isinf(last) and last > 0 else max(now, last))
+                job.now, None if last == math.inf else max(job.now, last))

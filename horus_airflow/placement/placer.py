@@ -19,12 +19,12 @@ from typing import Any, Hashable, Mapping, Sequence
 import numpy as np
 
 from horus_airflow.interference import InterferenceModel, SummedUtilization
-from horus_airflow.placement.plugins import FilterResult, Need, Verdict, scaled
+from horus_airflow.placement.plugins import FilterResult, Need, Verdict, need_of, scaled
 from horus_airflow.placement.profiles import Profile
 from horus_airflow.placement.queue import Waiting
 from horus_airflow.placement.holds import Hold, hold_for
 from horus_airflow.placement.state import ClusterState
-from horus_airflow.predictor.demand import LOW_CONFIDENCE_MEMORY_FACTOR, Demand
+from horus_airflow.predictor.demand import Demand
 
 _DEFAULT_INTERFERENCE = SummedUtilization()
 _EXPLAINED_ALTERNATIVES = 5
@@ -134,7 +134,7 @@ def place(demand: Demand, state: ClusterState, profile: Profile, interference: I
     then take the cheapest set of ``demand.gpus`` GPUs. GPUs in ``hold`` are not this job's to take."""
     gpus = state.arrays
     count = len(state.gpus)
-    need = _need(demand, state)
+    need = need_of(demand, state)
     alive = need.predicted.copy()
     first_failure = np.where(alive, -1, -2)
     if hold is not None:
@@ -232,9 +232,9 @@ def schedule(
             if decision.placed:
                 return Scheduled(hungry, decision, tuple(tried), frozenset(failed))
             failed.add(key)
-        hold = hold_for(hungry, state) if policy.backfill else None
-        if hold is None and not policy.backfill:
+        if not policy.backfill:
             return Scheduled(None, None, tuple(tried), frozenset(failed))
+        hold = hold_for(hungry, state)
         waiting = [w for w in waiting if w is not hungry]
     for job in policy.order(waiting, credits):
         kept_from = None if hold is None or hold.admits(job) else hold
@@ -254,23 +254,6 @@ def demand_shape(demand: Demand) -> Hashable:
     return (demand.gpus, tuple(sorted(demand.per_type.items())), demand.confidence, demand.signature)
 
 
-def _need(demand: Demand, state: ClusterState) -> Need:
-    """The newcomer's demand per GPU. A low-confidence prediction is booked cautiously: its p90
-    utilization and :data:`LOW_CONFIDENCE_MEMORY_FACTOR` times its memory."""
-    gpus = state.arrays
-    cautious = demand.confidence == "low"
-    table = np.full((len(gpus.types), 3), np.nan)
-    for position, gpu_type in enumerate(gpus.types):
-        found = demand.per_type.get(gpu_type)
-        if found is not None:
-            table[position] = (found.util_p90 if cautious else found.util, found.util_p90,
-                               found.mem_mib * (LOW_CONFIDENCE_MEMORY_FACTOR if cautious else 1.0))
-    per_gpu = table[gpus.type_index] if len(state.gpus) else np.zeros((0, 3))
-    predicted = ~np.isnan(per_gpu[:, 0])
-    per_gpu = np.nan_to_num(per_gpu)
-    return Need(per_gpu[:, 0], per_gpu[:, 1], per_gpu[:, 2], predicted, demand.signature)
-
-
 def _choose(k: int, alive: np.ndarray, total: np.ndarray, state: ClusterState, profile: Profile) -> tuple[list[int], float | None]:
     feasible = np.flatnonzero(alive)
     if len(feasible) < k:
@@ -282,12 +265,8 @@ def _choose(k: int, alive: np.ndarray, total: np.ndarray, state: ClusterState, p
     order = feasible[np.lexsort((gpus.gpu_index[feasible], total[feasible], gpus.node_index[feasible]))]
     best_set: list[int] = []
     best_cost = math.inf
-    # each node's k cheapest feasible GPUs, all nodes at once: the first k of each node's run in ``order``
-    node_of = gpus.node_index[order]
-    starts = np.flatnonzero(np.r_[True, node_of[1:] != node_of[:-1]])
-    full = starts[np.diff(np.r_[starts, len(order)]) >= k]
-    if len(full):
-        sets = order[full[:, None] + np.arange(k)]
+    sets = gpus.node_sets(order, k)  # each node's k cheapest feasible GPUs
+    if len(sets):
         sums = total[sets].sum(axis=1)
         cheapest = int(np.argmin(sums))  # the first of equal sums: the lowest node, as node order goes
         best_set, best_cost = [int(i) for i in sets[cheapest]], float(sums[cheapest])

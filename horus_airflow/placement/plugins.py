@@ -29,6 +29,7 @@ import numpy as np
 from horus_airflow.features.gpus import gpu_spec
 from horus_airflow.interference import CoRunner, Interference, InterferenceModel
 from horus_airflow.placement.state import ClusterArrays, ClusterState
+from horus_airflow.predictor.demand import LOW_CONFIDENCE_MEMORY_FACTOR, Demand
 from horus_airflow.validation import in_range, whole
 
 Values = Mapping[str, np.ndarray]
@@ -49,6 +50,23 @@ class Need:
     mem: np.ndarray
     predicted: np.ndarray
     signature: tuple[float, ...] = ()
+
+
+def need_of(demand: Demand, state: ClusterState) -> Need:
+    """The newcomer's demand on every GPU of the state (its GPU type's prediction). A low-confidence prediction is booked cautiously: its p90
+    utilization and :data:`LOW_CONFIDENCE_MEMORY_FACTOR` times its memory."""
+    gpus = state.arrays
+    cautious = demand.confidence == "low"
+    table = np.full((len(gpus.types), 3), np.nan)
+    for position, gpu_type in enumerate(gpus.types):
+        found = demand.per_type.get(gpu_type)
+        if found is not None:
+            table[position] = (found.util_p90 if cautious else found.util, found.util_p90,
+                               found.mem_mib * (LOW_CONFIDENCE_MEMORY_FACTOR if cautious else 1.0))
+    per_gpu = table[gpus.type_index] if len(state.gpus) else np.zeros((0, 3))
+    predicted = ~np.isnan(per_gpu[:, 0])
+    per_gpu = np.nan_to_num(per_gpu)
+    return Need(per_gpu[:, 0], per_gpu[:, 1], per_gpu[:, 2], predicted, demand.signature)
 
 
 @dataclass(frozen=True)

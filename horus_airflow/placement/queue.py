@@ -34,6 +34,11 @@ class Waiting:
     queue: str = "default"
 
     @property
+    def now(self) -> float:
+        """The moment its wait was measured at, in the arrival's clock."""
+        return self.arrival + self.waited_s
+
+    @property
     def mean_util(self) -> float:
         values = [d.util for d in self.demand.per_type.values()]
         return sum(values) / len(values) if values else 0.0
@@ -59,9 +64,15 @@ def _check_window(k: int, max_skips: int, max_wait_s: float, smallest_k: int = 1
         in_range(max_wait_s, "max_wait_s", 0.0, above=True)
 
 
-def _starving(waiting: Sequence[Waiting], max_skips: int, max_wait_s: float) -> Waiting | None:
-    hungry = [w for w in waiting if w.skips >= max_skips or w.waited_s >= max_wait_s]
-    return min(hungry, key=lambda w: w.arrival) if hungry else None
+class _Bounded:
+    """The starvation guard of the policies that let jobs overtake (their ``max_skips``, ``max_wait_s``)."""
+
+    max_skips: int
+    max_wait_s: float
+
+    def starving(self, waiting: Sequence[Waiting]) -> Waiting | None:
+        hungry = [w for w in waiting if w.skips >= self.max_skips or w.waited_s >= self.max_wait_s]
+        return min(hungry, key=lambda w: w.arrival) if hungry else None
 
 
 @dataclass(frozen=True)
@@ -79,7 +90,7 @@ class Fifo:
 
 
 @dataclass(frozen=True)
-class Lookahead:
+class Lookahead(_Bounded):
     """The paper's: among the ``k`` oldest jobs, lowest predicted utilization first."""
 
     k: int = 5
@@ -91,16 +102,13 @@ class Lookahead:
     def __post_init__(self) -> None:
         _check_window(self.k, self.max_skips, self.max_wait_s)
 
-    def starving(self, waiting: Sequence[Waiting]) -> Waiting | None:
-        return _starving(waiting, self.max_skips, self.max_wait_s)
-
     def order(self, waiting: Sequence[Waiting], credits: Mapping[str, float] | None = None) -> list[Waiting]:
         window = sorted(waiting, key=lambda w: w.arrival)[: self.k]
         return sorted(window, key=lambda w: (w.mean_util, w.arrival))
 
 
 @dataclass(frozen=True)
-class ShortestFirst:
+class ShortestFirst(_Bounded):
     """Shortest expected runtime first among the ``k`` oldest (0: all); unknown runtimes go last."""
 
     k: int = 0
@@ -112,9 +120,6 @@ class ShortestFirst:
     def __post_init__(self) -> None:
         _check_window(self.k, self.max_skips, self.max_wait_s, smallest_k=0)
 
-    def starving(self, waiting: Sequence[Waiting]) -> Waiting | None:
-        return _starving(waiting, self.max_skips, self.max_wait_s)
-
     def order(self, waiting: Sequence[Waiting], credits: Mapping[str, float] | None = None) -> list[Waiting]:
         window = sorted(waiting, key=lambda w: w.arrival)
         window = window[: self.k] if self.k else window
@@ -122,7 +127,7 @@ class ShortestFirst:
 
 
 @dataclass(frozen=True)
-class Credit:
+class Credit(_Bounded):
     """Horus+ multi-queue: queues with more credit left go first (the caller accrues credit by share and
     charges GPU time), arrival order within a queue; up to ``k`` jobs tried."""
 
@@ -135,16 +140,13 @@ class Credit:
     def __post_init__(self) -> None:
         _check_window(self.k, self.max_skips, self.max_wait_s)
 
-    def starving(self, waiting: Sequence[Waiting]) -> Waiting | None:
-        return _starving(waiting, self.max_skips, self.max_wait_s)
-
     def order(self, waiting: Sequence[Waiting], credits: Mapping[str, float] | None = None) -> list[Waiting]:
         balance = credits or {}
         return sorted(waiting, key=lambda w: (-balance.get(w.queue, 0.0), w.arrival))[: self.k]
 
 
 @dataclass(frozen=True)
-class RemainingTime:
+class RemainingTime(_Bounded):
     """Least predicted remaining time first, with aging, among the ``window`` oldest jobs (0: all): a
     job's key is its expected runtime less ``aging`` times the seconds it has waited, so short jobs go
     first (what lowers mean JCT under queueing) and a long job moves up as it waits instead of
@@ -167,9 +169,6 @@ class RemainingTime:
         _check_window(self.k, self.max_skips, self.max_wait_s, smallest_k=0)
         whole(self.window, "window", 0)
         in_range(self.aging, "aging (seconds of runtime forgiven per second waited)", 0.0)
-
-    def starving(self, waiting: Sequence[Waiting]) -> Waiting | None:
-        return _starving(waiting, self.max_skips, self.max_wait_s)
 
     def order(self, waiting: Sequence[Waiting], credits: Mapping[str, float] | None = None) -> list[Waiting]:
         if self.window:

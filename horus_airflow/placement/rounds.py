@@ -91,19 +91,23 @@ def scheduling_round(
     return RoundResult(tuple(chosen), held, state, more)
 
 
+def stopped_at_limit(limit: int) -> str:
+    """Why a job waits that a round stopped before reaching."""
+    return f"the round stopped at its limit of {limit} bookings; the next round goes on"
+
+
 def _turn(job: Waiting, unplaceable: frozenset[Hashable], profile: Profile, stopped_at: int) -> str:
     if stopped_at:
-        return f"the round stopped at its limit of {stopped_at} bookings; the next round goes on"
+        return stopped_at_limit(stopped_at)
     shape = demand_shape(job.demand)
-    if any(key[0] == shape for key in unplaceable if isinstance(key, tuple)):
+    if any(key[0] == shape for key in unplaceable):  # keys: (demand shape, hold tried under)
         return "a queued job with the same demand does not fit now"
     return f"waits its turn: the {profile.queue.name} queue policy tries other jobs first"
 
 
 def _with_booking(state: ClusterState, job: Waiting, decision: Decision, position: Mapping[str, int]) -> ClusterState:
     changes = {}
-    now = job.arrival + job.waited_s
-    ends_at = None if job.expected_runtime_s is None else now + job.expected_runtime_s
+    ends_at = None if job.expected_runtime_s is None else job.now + job.expected_runtime_s
     for gpu_id in decision.gpu_ids:
         gpu = state.gpus[position[gpu_id]]
         need = job.demand.on(gpu.gpu_type)

@@ -90,6 +90,14 @@ class ClusterArrays:
     resident_signatures: tuple[tuple[Signature, ...], ...] = ()  # per GPU: its residents' signatures
     crash_partners: Mapping[Signature, frozenset[Signature]] = field(default_factory=dict)  # from ``crashed_pairs``
 
+    def node_sets(self, order: np.ndarray, k: int) -> np.ndarray:
+        """Each node's first ``k`` GPUs in ``order`` (GPU positions grouped by node), one row per node that
+        has ``k``, all nodes at once: the candidate sets of a one-node gang."""
+        node_of = self.node_index[order]
+        starts = np.flatnonzero(np.r_[True, node_of[1:] != node_of[:-1]])
+        full = starts[np.diff(np.r_[starts, len(order)]) >= k]
+        return order[full[:, None] + np.arange(k)] if len(full) else np.zeros((0, k), dtype=np.int64)
+
     def updated(self, changes: Mapping[int, GpuState]) -> ClusterArrays:
         """New arrays with these GPUs' residents replaced; the old arrays stay as they were (a decision
         made on them can still be explained)."""
