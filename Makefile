@@ -31,7 +31,7 @@ demo: $(STAMP)
 
 # Every placement profile on Philly traces with measured ground truth (docs/EVALUATION.md), about 6 min.
 evaluate: $(STAMP)
-	$(BIN)/python benchmarks/evaluate.py --out evaluation
+	$(BIN)/python benchmarks/evaluate.py --out docs/evaluation
 
 # Debian packages the tests start: headless Chromium for the UI's browser tests (Playwright's own download
 # does not work here), PostgreSQL and Redis (the Celery broker) for the multi-service stack suite (tests/stack).

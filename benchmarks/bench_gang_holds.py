@@ -96,7 +96,7 @@ def _row(run: SimulationRun) -> dict[str, float]:
     small = [w for gpus, w in waits if gpus == 1] or [0.0]
     jcts = sorted(job.jct_s for job in run.finished)
     span = max(job.finish_s for job in run.finished) - min(job.arrival_s for job in run.finished)
-    busy = run.busy_gpu_s / (span * run.cluster.nodes * run.cluster.gpus_per_node)
+    busy = run.busy_gpu_s / (span * run.cluster.total_gpus)
     return {"jct": statistics.fmean(jcts), "p95": jcts[int(0.95 * (len(jcts) - 1))], "makespan": span,
             "gang_wait": statistics.fmean(gangs), "gang_max": max(gangs), "small_wait": statistics.fmean(small),
             "busy": busy, "wall": run.wall_s}

@@ -1,8 +1,9 @@
 """The evaluation behind docs/EVALUATION.md: every profile on the shipped Philly traces, at their recorded
 arrivals and twice as fast, on the same jobs, with measured ground truth. Run it with ``make evaluate``.
 
-Writes ``evaluation/results.json`` and one PNG per scenario under ``evaluation/``, and prints, per
-scenario, the comparison table, then the targets as a table:
+Writes ``docs/evaluation/results.json`` and one PNG per scenario beside it (what docs/EVALUATION.md
+cites), and prints, per scenario, the comparison table, then docs/EVALUATION.md's results table and the
+targets as a table:
 - ``horus-throughput`` against ``horus-paper``: at least 10 % lower mean JCT, p95 JCT no worse, OOM
   crashes no more (the project's claim to go beyond the paper);
 - ``horus-paper`` against ``exclusive``: makespan and mean waiting (the paper claims 23.7-30.7 % shorter
@@ -31,7 +32,7 @@ from pathlib import Path
 from bench_simulator import merged_gavel_vcs
 from horus_airflow.predictor.dataset import read_training_data
 from horus_airflow.predictor.model import TrainedPredictor, UtilizationModel
-from horus_airflow.simulator.engine import Cluster
+from horus_airflow.simulator.engine import Cluster, NodeGroup
 from horus_airflow.simulator.metrics import ProfileMetrics, comparison_table
 from horus_airflow.simulator.report import SimulationReport, plot
 from horus_airflow.simulator.runner import run_simulation
@@ -49,11 +50,17 @@ class Scenario:
     arrival_scale: float
     predictor: str = "prior"  # or "trained": the predictor `make demo` registers, fitted on the shipped seed data
     profiles: tuple[str, ...] = tuple(PROFILES)
+    others: tuple[NodeGroup, ...] = ()  # node groups of other GPU types: a mixed cluster
 
     @property
     def name(self) -> str:
         suffix = "" if self.predictor == "prior" else f"-{self.predictor}"
-        return f"{Path(self.trace).stem}-{self.nodes}x8-v100-x{self.arrival_scale:g}{suffix}"
+        mixed = "".join(f"+{group.nodes}x{group.gpus_per_node}-{group.gpu_type}" for group in self.others)
+        return f"{Path(self.trace).stem}-{self.nodes}x8-v100{mixed}-x{self.arrival_scale:g}{suffix}"
+
+    @property
+    def cluster(self) -> Cluster:
+        return Cluster(self.nodes, 8, "v100", others=self.others)
 
 
 MERGED_VCS = "gavel-vcs.trace"
@@ -67,6 +74,9 @@ SCENARIOS = [
     *(Scenario(f"gavel/{vc}.trace", "gavel", nodes, scale) for vc, nodes in GAVEL_VCS for scale in (1.0, 2.0)),
     Scenario("muri/trace1.csv", "muri", 8, 1.0),
     *(Scenario(f"gavel/{vc}.trace", "gavel", nodes, 1.0, "trained", (BASELINE, PAPER, NEW)) for vc, nodes in GAVEL_VCS),
+    # clusters that mix GPU types: half the V100 nodes of the VC's scenario, and as many K80 nodes
+    *(Scenario(f"gavel/{vc}.trace", "gavel", nodes // 2, 1.0, others=(NodeGroup(nodes // 2, 8, "k80"),))
+      for vc, nodes in GAVEL_VCS if vc in ("7f04ca", "0e4a51")),
 ]
 SEED_DATA = TRACES.parent / "predictor_seed" / "predictor_seed.csv"
 
@@ -78,7 +88,7 @@ def _run(scenario: Scenario) -> tuple[Scenario, SimulationReport, float]:
         predictor = TrainedPredictor(UtilizationModel().fit(read_training_data(SEED_DATA).rows), "trained on the shipped seed")
     with tempfile.TemporaryDirectory() as folder:
         trace = merged_gavel_vcs(Path(folder)) if scenario.trace == MERGED_VCS else TRACES / scenario.trace
-        report = run_simulation(trace, scenario.trace_format, Cluster(scenario.nodes, 8, "v100"),
+        report = run_simulation(trace, scenario.trace_format, scenario.cluster,
                                 list(scenario.profiles), arrival_scale=scenario.arrival_scale, predictor=predictor)
     return scenario, report, time.perf_counter() - started
 
@@ -98,13 +108,26 @@ def targets(name: str, by_profile: dict[str, ProfileMetrics]) -> str:
             f"{'met' if paper_claims else 'missed'} |")
 
 
+def results_rows(name: str, results: list[ProfileMetrics]) -> list[str]:
+    """The scenario's rows of docs/EVALUATION.md's results table: ratios to ``exclusive``, slowdowns and
+    crashes as counted."""
+    base = next(m for m in results if m.profile == BASELINE)
+    rows = []
+    for n, m in enumerate(m for m in results if m.profile != BASELINE):
+        ratios = " | ".join(f"{getattr(m, key) / getattr(base, key):.3f}" if getattr(base, key) else "-"
+                            for key in ("makespan_s", "avg_jct_s", "p95_jct_s", "avg_wait_s", "work_rate"))
+        lead = f"| {name} | {base.finished:,}" if n == 0 else "|  | "
+        rows.append(f"{lead} | {m.profile} | {ratios} | {m.avg_slowdown:.2f} / {m.p95_slowdown:.2f} | {m.oom_events:,} |")
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=Path("evaluation"))
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent.parent / "docs" / "evaluation")
     parser.add_argument("--jobs", type=int, default=2, help="scenarios simulated at once (worker processes)")
     args = parser.parse_args()
     started = time.perf_counter()
-    results, rows = {}, []
+    results, rows, table = {}, [], []
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         for scenario, report, seconds in pool.map(_run, SCENARIOS):
             by_profile = {m.profile: m for m in report.results}
@@ -113,9 +136,13 @@ def main() -> None:
                   f"({first.skipped_reasons}); {seconds:.0f} s")
             print(comparison_table(report.results))
             rows.append(targets(scenario.name, by_profile))
+            table.extend(results_rows(scenario.name, report.results))
             trace = "data/traces/gavel/*.trace, merged" if scenario.trace == MERGED_VCS else f"data/traces/{scenario.trace}"
             results[scenario.name] = {**report.as_json(), "trace": trace, "wall_s": seconds}
             plot(report, args.out / f"{scenario.name}.png")
+    print("\n| scenario | jobs | profile | makespan | mean JCT | p95 JCT | mean wait | work/GPU | mean / p95 slowdown | OOM crashes |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("\n".join(table))
     print(f"\n| scenario | {NEW} mean JCT vs {PAPER} | p95 JCT | OOM crashes ({NEW} / {PAPER}) | target | "
           f"{PAPER} makespan vs {BASELINE} | mean wait | paper's claims (>= 15 % / >= 50 %) |")
     print("|---|---:|---:|---:|---|---:|---:|---|")

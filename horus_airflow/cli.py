@@ -88,9 +88,12 @@ def main(argv: list[str] | None = None) -> int:
     simulate.add_argument("--trace", type=Path, required=True, help="trace file (formats: docs/EVALUATION.md)")
     simulate.add_argument("--trace-format", type=_registered("trace format", "horus_airflow.simulator.traces", "TRACE_READERS"), default="native",
                           help="a registered trace format: muri, gavel, tiresias, native (default) or one a package registers")
-    simulate.add_argument("--nodes", type=_at_least(1, int), required=True, help="nodes in the simulated cluster")
+    simulate.add_argument("--nodes", type=_comma_list(_at_least(1, int)), required=True,
+                          help="nodes in the simulated cluster; for a mixed cluster one count per --gpu type, e.g. 8,8")
     simulate.add_argument("--gpus-per-node", type=_at_least(1, int), default=8, help="GPUs per node (default 8)")
-    simulate.add_argument("--gpu", default="v100", help="GPU type with measured co-location data: k80, p100, v100 (default v100)")
+    simulate.add_argument("--gpu", type=_comma_list(str), default=("v100",),
+                          help="GPU type with measured co-location data: k80, p100, v100 (default v100); "
+                               "several, e.g. v100,k80, mix them (gavel traces only)")
     simulate.add_argument("--profiles", default="exclusive,gandiva-pack,horus-paper,horus-ml,horus-throughput",
                           help="comma-separated profile names or .yaml paths (default: the five compared in docs/EVALUATION.md)")
     simulate.add_argument("--json", type=Path, help="write the results here")
@@ -282,6 +285,13 @@ def _registered(what: str, module: str, registry: str) -> Callable[[str], str]:
     return parse
 
 
+def _comma_list(item: Callable[[str], Any]) -> Callable[[str], tuple[Any, ...]]:
+    """An argparse type: one value or several separated by commas, each parsed by ``item``."""
+    def parse(text: str) -> tuple[Any, ...]:
+        return tuple(item(part.strip()) for part in text.split(","))
+    return parse
+
+
 def _at_least(minimum: float, kind: type) -> Callable[[str], Any]:
     """An argparse type: a number of ``kind`` no smaller than ``minimum`` (argparse names the option)."""
     def parse(text: str) -> Any:
@@ -404,19 +414,25 @@ def _interference_model(args: argparse.Namespace) -> int:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from horus_airflow.simulator.engine import Cluster
+    from horus_airflow.simulator.engine import Cluster, NodeGroup
     from horus_airflow.simulator.metrics import comparison_table
     from horus_airflow.simulator.report import log_simulation, plot, write_json
     from horus_airflow.registry.store import QUICK, http_policy
     from horus_airflow.simulator.runner import run_simulation
 
+    if len(args.nodes) != len(args.gpu):
+        print(f"horus simulate: error: --nodes gives {len(args.nodes)} count(s) and --gpu {len(args.gpu)} type(s); "
+              "give one node count per GPU type, e.g. --nodes 8,8 --gpu v100,k80", file=sys.stderr)
+        return 2
+    groups = [NodeGroup(nodes, args.gpus_per_node, gpu) for nodes, gpu in zip(args.nodes, args.gpu)]
+    cluster = Cluster(groups[0].nodes, groups[0].gpus_per_node, groups[0].gpu_type, others=tuple(groups[1:]))
     predictor = None
     if args.predictor == "champion":
         from horus_airflow.registry import load_predictor
 
         predictor = load_predictor(Settings.from_env())
     report = run_simulation(
-        args.trace, args.trace_format, Cluster(args.nodes, args.gpus_per_node, args.gpu),
+        args.trace, args.trace_format, cluster,
         [p.strip() for p in args.profiles.split(",") if p.strip()], args.pairs, args.isolated, args.arrival_scale,
         args.limit, _progress_bar if sys.stderr.isatty() else None, predictor,
     )

@@ -172,6 +172,16 @@ def test_profiles_are_data_and_unknown_names_list_the_accepted_ones() -> None:
         parse_profile({"name": "x", "filters": [{"name": "max-residents", "args": {"limt": 2}}]})
 
 
+def test_every_shipped_profile_that_shares_a_gpu_keeps_crashed_pairs_apart() -> None:
+    """The default live profile included: without the filter a pair that fits by predicted memory but not in
+    reality crashes, is retried and crashes again, for as long as the resident runs."""
+    for name in builtin_profiles():
+        profile = load_profile(name)
+        limit = next((f.limit for f in profile.filters if f.name == "max-residents"), None)
+        if limit is None or limit > 1:  # no cap shares too
+            assert "oom-anti-affinity" in [f.name for f in profile.filters], name
+
+
 @pytest.mark.parametrize(("raw", "problem"), [
     ({"scores": [{"name": "horus-cost", "weight": -5}]}, "score 'horus-cost': weight must be >= 0, got -5"),
     ({"scores": [{"name": "horus-cost", "weight": float("nan")}]}, "weight must be a finite number"),

@@ -15,9 +15,9 @@ from horus_airflow.errors import HorusError
 from horus_airflow.interference.pairs import read_pairs
 from horus_airflow.placement import load_profile
 from horus_airflow.placement.profiles import parse_profile
-from horus_airflow.simulator.engine import Cluster, simulate
+from horus_airflow.simulator.engine import Cluster, NodeGroup, simulate
 from horus_airflow.simulator.metrics import comparison_table, summarize
-from horus_airflow.simulator.traces import TraceError, read_trace
+from horus_airflow.simulator.traces import TraceError, read_trace, read_trace_on
 from horus_airflow.simulator.truth import split_models
 from tests.conftest import env_with_home
 
@@ -170,13 +170,39 @@ def test_a_crash_is_not_repeated_where_the_profile_keeps_crashed_pairs_apart(tmp
     path = tmp_path / "oom.trace"
     path.write_text("".join(f"{job}\tcmd\t-n\t0\t{rates[(job, 1)] * 3600:.4f}\t{arrival}\t1\n" for job, arrival in jobs))
     trace = read_trace(path, "gavel", "v100", isolated)
-    blind = load_profile("gandiva-pack")
-    remembering = parse_profile({"name": "gandiva-remembering", "filters": [*({"name": f.name} for f in blind.filters[1:]),
-                                                                              {"name": "oom-anti-affinity"}],
-                                 "scores": [{"name": "allocation"}]})
+    shipped = load_profile("gandiva-pack")
+    blind = parse_profile({"name": "gandiva-forgetful", "filters": [{"name": f.name} for f in shipped.filters if f.name != "oom-anti-affinity"],
+                           "scores": [{"name": "allocation", "args": {"mode": "binpack"}}]})
     loop = simulate(trace, Cluster(1, 1, "v100"), blind, truth, policy)
-    learned = simulate(trace, Cluster(1, 1, "v100"), remembering, truth, policy)
+    learned = simulate(trace, Cluster(1, 1, "v100"), shipped, truth, policy)
     assert loop.oom_events > 10  # re-queued every 60 s for the hour the first Transformer runs
     assert learned.oom_events == 1 and len(learned.finished) == 2
     transformer = next(f for f in learned.finished if f.restarts)
     assert transformer.restarts == 1 and transformer.start_s == pytest.approx(3600.0)  # waited for the GPU to be free
+
+
+def test_a_mixed_cluster_runs_each_job_at_the_measured_speed_of_the_type_it_got(tmp_path: Path, isolated: pd.DataFrame) -> None:
+    """One V100 and one K80: two jobs at once, one on each, each finishing after its steps over the
+    throughput Gavel measured alone on that type; a gang never spans the two types (their racks differ)."""
+    truth, policy = split_models(read_pairs(DATA / "gavel_pairs.csv"), ("v100", "k80"))
+    rates = isolated.set_index(["gpu_type", "job_type", "scale_factor"])["steps_per_s"]
+    steps = RATES[RESNET18] * 1000  # 1,000 s alone on a V100
+    path = gavel_trace(tmp_path / "mixed.trace", [(RESNET18, 1000, 0, 1), (RESNET18, 1000, 0, 1), (RESNET18, 1000, 0, 2)])
+    trace = read_trace_on(path, "gavel", ("v100", "k80"), isolated)
+    assert trace.jobs[0].durations_s == pytest.approx({"v100": steps / rates[("v100", RESNET18, 1)], "k80": steps / rates[("k80", RESNET18, 1)]})
+    cluster = Cluster(1, 1, "v100", others=(NodeGroup(1, 1, "k80"),))
+    assert cluster.gpu_types == ("v100", "k80") and cluster.total_gpus == 2
+    run = simulate(trace, cluster, load_profile("exclusive"), truth, policy)
+    assert run.skipped == {"cannot be placed even on the idle cluster by exclusive": 1}  # the 2-GPU gang
+    assert sorted(f.duration_s for f in run.finished) == pytest.approx(sorted(trace.jobs[0].durations_s.values()))
+    assert all(f.start_s == 0 and f.slowdown == pytest.approx(1.0) for f in run.finished)
+    assert summarize(run).makespan_s == pytest.approx(steps / rates[("k80", RESNET18, 1)])  # the K80 is slower
+
+
+def test_a_mixed_cluster_refuses_traces_with_one_runtime_and_leaves_the_policies_unseen_types(tmp_path: Path) -> None:
+    native = tmp_path / "one.csv"
+    native.write_text("job_id,arrival_s,gpus,duration_s,model,batch_size\nw,0,1,10,resnet18,32\n")
+    with pytest.raises(TraceError, match="native traces give one runtime. Accepted for mixed clusters: gavel"):
+        read_trace_on(native, "native", ("v100", "k80"))
+    with pytest.raises(HorusError, match="a cluster of k80, p100, v100 leaves none"):
+        split_models(read_pairs(DATA / "gavel_pairs.csv"), ("k80", "p100", "v100"))

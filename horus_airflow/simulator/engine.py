@@ -18,7 +18,7 @@ import heapq
 import math
 from itertools import islice
 from dataclasses import dataclass, field, replace
-from typing import Callable, Hashable, Protocol
+from typing import Callable, Hashable, Protocol, Sequence
 
 from horus_airflow.features import extract_features
 from horus_airflow.features.gpus import GpuSpec, gpu_spec
@@ -28,7 +28,7 @@ from horus_airflow.placement import ClusterState, GpuState, Profile, Resident, W
 from horus_airflow.placement.state import crashed_pair
 from horus_airflow.predictor import AnalyticPrior, Demand
 from horus_airflow.simulator.traces import SimJob, Trace
-from horus_airflow.simulator.truth import MeasuredTruth
+from horus_airflow.simulator.truth import GroundTruth, TruthOutcome
 from horus_airflow.simulator.workloads import Workload
 
 
@@ -36,18 +36,50 @@ QUEUE_WINDOW = 256
 
 
 @dataclass(frozen=True)
+class NodeGroup:
+    """Nodes of one GPU type in a mixed cluster."""
+
+    nodes: int
+    gpus_per_node: int
+    gpu_type: str
+
+
+@dataclass(frozen=True)
 class Cluster:
+    """``nodes`` nodes of ``gpus_per_node`` ``gpu_type`` GPUs, and, for a cluster that mixes GPU types,
+    the ``others`` node groups. Racks never mix GPU types, so a gang, kept to one rack, runs on one type."""
+
     nodes: int
     gpus_per_node: int
     gpu_type: str
     nodes_per_rack: int = 32
+    others: tuple[NodeGroup, ...] = ()
+
+    @property
+    def groups(self) -> tuple[NodeGroup, ...]:
+        return (NodeGroup(self.nodes, self.gpus_per_node, self.gpu_type), *self.others)
+
+    @property
+    def gpu_types(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(group.gpu_type for group in self.groups))
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(group.nodes * group.gpus_per_node for group in self.groups)
+
+    def describe(self) -> str:
+        return " + ".join(f"{g.nodes} nodes x {g.gpus_per_node} {g.gpu_type}" for g in self.groups)
 
     def gpus(self) -> tuple[GpuState, ...]:
-        memory = gpu_spec(self.gpu_type).memory_mib
-        return tuple(
-            GpuState(f"n{n}/{i}", f"n{n}", i, self.gpu_type, memory, rack=f"r{n // self.nodes_per_rack}")
-            for n in range(self.nodes) for i in range(self.gpus_per_node)
-        )
+        gpus, first_node = [], 0
+        for number, group in enumerate(self.groups):
+            memory = gpu_spec(group.gpu_type).memory_mib
+            prefix = "r" if number == 0 else f"g{number}r"  # a group's racks are its own
+            gpus.extend(GpuState(f"n{first_node + n}/{i}", f"n{first_node + n}", i, group.gpu_type, memory,
+                                 rack=f"{prefix}{n // self.nodes_per_rack}")
+                        for n in range(group.nodes) for i in range(group.gpus_per_node))
+            first_node += group.nodes
+        return tuple(gpus)
 
 
 @dataclass(frozen=True)
@@ -107,6 +139,7 @@ class _Running:
     job: SimJob
     demand: Demand
     gpus: list[int]
+    duration_s: float  # its runtime alone on the GPUs it got
     remaining_s: float  # seconds of work alone left, as of ``updated_s``
     updated_s: float
     started_s: float
@@ -119,7 +152,7 @@ def simulate(
     trace: Trace,
     cluster: Cluster,
     profile: Profile,
-    truth: MeasuredTruth,
+    truth: GroundTruth,
     policy_interference: InterferenceModel,
     restart_delay_s: float = 60.0,
     progress: Callable[[int, int], None] | None = None,
@@ -129,11 +162,12 @@ def simulate(
     operators use the registered champion)."""
     run = SimulationRun(profile.name, cluster, skipped=dict(trace.skipped))
     policy_interference = Memoized(policy_interference)
-    spec = gpu_spec(cluster.gpu_type)
     base = cluster.gpus()
+    types = [gpu.gpu_type for gpu in base]
+    specs = {gpu_type: gpu_spec(gpu_type) for gpu_type in cluster.gpu_types}
     index_of = {gpu.gpu_id: i for i, gpu in enumerate(base)}
     residents: list[list[str]] = [[] for _ in base]
-    demands = Demands(cluster.gpu_type, predictor)
+    demands = Demands(cluster.gpu_types, predictor)
     placeable = Placeable(base, profile, policy_interference)
     jobs = []
     for job in trace.jobs:
@@ -142,6 +176,8 @@ def simulate(
             run.skipped[reason] = run.skipped.get(reason, 0) + 1
         else:
             jobs.append(job)
+    # what the queue policies expect a job to take: its runtime alone on the fastest type (all one on most clusters)
+    expected = [min(job.duration_on(gpu_type) for gpu_type in cluster.gpu_types) for job in jobs]
     arrivals = [(job.arrival_s, 0, index) for index, job in enumerate(jobs)]
     heapq.heapify(arrivals)
     ready: list[tuple[float, int]] = []  # (ready time, job index) of crashed jobs waiting to restart
@@ -175,7 +211,7 @@ def simulate(
             entry = running[job_index]
             speed = 1.0
             for g in entry.gpus:
-                outcome = _truth_on(g, residents, running, truth, spec, demands, run)
+                outcome = _truth_on(g, residents, running, truth, specs[types[g]], demands, run)
                 speed = min(speed, outcome.speeds[residents[g].index(key)])
                 entry.colocated = entry.colocated or len(residents[g]) > 1
             if speed != entry.speed:
@@ -185,7 +221,7 @@ def simulate(
                 heapq.heappush(finishes, (now + entry.remaining_s / speed, entry.version, job_index))
 
     def rebuild(gpu_indices: set[int]) -> ClusterState:
-        changes = {g: replace(base[g], residents=tuple(_resident(running[int(k)], cluster.gpu_type) for k in residents[g]))
+        changes = {g: replace(base[g], residents=tuple(_resident(running[int(k)], types[g]) for k in residents[g]))
                    for g in gpu_indices}
         return state.with_changes(changes)
 
@@ -205,19 +241,19 @@ def simulate(
             del running[index]
             for g in entry.gpus:
                 residents[g].remove(str(index))
-                predicted_util[g] -= entry.demand.on(cluster.gpu_type).util
+                predicted_util[g] -= entry.demand.on(types[g]).util
             changed.update(entry.gpus)
             run.finished.append(FinishedJob(entry.job.job_id, entry.job.arrival_s, entry.started_s, now,
-                                            entry.job.duration_s, entry.job.gpus, entry.colocated, restarts.get(index, 0)))
+                                            entry.duration_s, entry.job.gpus, entry.colocated, restarts.get(index, 0)))
             if progress:
                 progress(len(run.finished), total)
         while arrivals and arrivals[0][0] <= now:
             _, _, index = heapq.heappop(arrivals)
-            fresh[index] = Waiting(demands.of(jobs[index], index), jobs[index].arrival_s, expected_runtime_s=jobs[index].duration_s)
+            fresh[index] = Waiting(demands.of(jobs[index], index), jobs[index].arrival_s, expected_runtime_s=expected[index])
         while ready and ready[0][0] <= now:
             _, index = heapq.heappop(ready)
             retrying[index] = Waiting(demands.of(jobs[index], index), jobs[index].arrival_s, skips=restarts[index],
-                                      expected_runtime_s=jobs[index].duration_s)
+                                      expected_runtime_s=expected[index])
         if changed:
             state = rebuild(changed)
             refresh(changed)
@@ -237,25 +273,26 @@ def simulate(
             (retrying if index in retrying else fresh).pop(index)
             gpu_indices = [index_of[gpu_id] for gpu_id in done.decision.gpu_ids]
             job = jobs[index]
-            entry = _Running(job, done.job.demand, gpu_indices, job.duration_s, now, now)
+            duration = max(job.duration_on(types[g]) for g in gpu_indices)  # a gang runs at its slowest GPU's pace
+            entry = _Running(job, done.job.demand, gpu_indices, duration, duration, now, now)
             running[index] = entry
             for g in gpu_indices:
                 residents[g].append(str(index))
-                predicted_util[g] += entry.demand.on(cluster.gpu_type).util
-            crashed_on = [g for g in gpu_indices if not _truth_on(g, residents, running, truth, spec, demands, run).fits]
+                predicted_util[g] += entry.demand.on(types[g]).util
+            crashed_on = [g for g in gpu_indices if not _truth_on(g, residents, running, truth, specs[types[g]], demands, run).fits]
             if crashed_on:
                 run.oom_events += 1
                 del running[index]
                 for g in gpu_indices:
                     residents[g].remove(str(index))
-                    predicted_util[g] -= entry.demand.on(cluster.gpu_type).util
+                    predicted_util[g] -= entry.demand.on(types[g]).util
                 # what a live cluster learns from the crash: these jobs are not put together again
                 pairs = {crashed_pair(entry.demand.signature, running[int(k)].demand.signature) for g in crashed_on for k in residents[g]}
                 state = state.with_changes({}, crashed_pairs=state.crashed_pairs | pairs)
                 restarts[index] = restarts.get(index, 0) + 1
                 heapq.heappush(ready, (now + restart_delay_s, index))
                 continue
-            heapq.heappush(finishes, (now + job.duration_s, 0, index))
+            heapq.heappush(finishes, (now + duration, 0, index))
             state = rebuild(set(gpu_indices))
             refresh(set(gpu_indices))
         busy = sum(1 for r in residents if r)
@@ -285,13 +322,13 @@ def _resident(entry: _Running, gpu_type: str) -> Resident:
     """As the policies see it: its end predicted from its expected runtime alone, not the true slowed one."""
     need = entry.demand.on(gpu_type)
     return Resident(entry.demand.job_id, need.util, need.util_p90, need.mem_mib, entry.demand.signature,
-                    entry.started_s + entry.job.duration_s)
+                    entry.started_s + entry.duration_s)
 
 
-def _truth_on(g: int, residents: list[list[str]], running: dict[int, _Running], truth: MeasuredTruth, spec, demands: Demands,
-              run: SimulationRun):  # type: ignore[no-untyped-def]
+def _truth_on(g: int, residents: list[list[str]], running: dict[int, _Running], truth: GroundTruth, spec: GpuSpec,
+              demands: Demands, run: SimulationRun) -> TruthOutcome:
     entries = [running[int(k)] for k in residents[g]]
-    runners = [demands.runner(e.job.workload) for e in entries]
+    runners = [demands.runner(e.job.workload, spec.name) for e in entries]
     outcome = truth.outcome([e.job.workload.job_type for e in entries], runners, spec)
     run.measured_pairs += outcome.measured_pairs
     run.modelled_pairs += outcome.modelled_pairs
@@ -309,24 +346,24 @@ class DemandPredictor(Protocol):
 class Demands:
     """The policies' view of each workload (predicted demand and signature), computed once per workload."""
 
-    def __init__(self, gpu_type: str, predictor: DemandPredictor | None = None) -> None:
-        self.gpu_type = gpu_type
+    def __init__(self, gpu_types: Sequence[str], predictor: DemandPredictor | None = None) -> None:
+        self.gpu_types = tuple(gpu_types)
         self.predictor: DemandPredictor = predictor or AnalyticPrior()
         self.cache: dict[Workload, Demand] = {}
 
     def template(self, workload: Workload) -> Demand:
         if workload not in self.cache:
             features = extract_features(workload.model, workload.batch_size, workload.dataset)
-            demand = self.predictor.predict("", features, 1, [gpu_spec(self.gpu_type)])
+            demand = self.predictor.predict("", features, 1, [gpu_spec(gpu_type) for gpu_type in self.gpu_types])
             self.cache[workload] = replace(demand, signature=signature(features))
         return self.cache[workload]
 
     def of(self, job: SimJob, index: int) -> Demand:
         return replace(self.template(job.workload), job_id=str(index), gpus=job.gpus)
 
-    def runner(self, workload: Workload) -> CoRunner:
+    def runner(self, workload: Workload, gpu_type: str) -> CoRunner:
         demand = self.template(workload)
-        need = demand.on(self.gpu_type)
+        need = demand.on(gpu_type)
         return CoRunner(need.util, need.util_p90, need.mem_mib, demand.signature)
 
 

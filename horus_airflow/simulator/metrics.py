@@ -41,7 +41,7 @@ class ProfileMetrics:
 
 def summarize(run: SimulationRun) -> ProfileMetrics:
     done = run.finished
-    gpus = run.cluster.nodes * run.cluster.gpus_per_node
+    gpus = run.cluster.total_gpus
     if done:
         start, end = min(f.arrival_s for f in done), max(f.finish_s for f in done)
         jct = np.array([f.jct_s for f in done])

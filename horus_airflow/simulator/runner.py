@@ -17,7 +17,7 @@ from horus_airflow.placement import Profile
 from horus_airflow.simulator.engine import Cluster, DemandPredictor, Demands, Placeable, simulate
 from horus_airflow.simulator.metrics import summarize
 from horus_airflow.simulator.report import SimulationReport
-from horus_airflow.simulator.traces import Trace, TraceError, read_trace
+from horus_airflow.simulator.traces import Trace, TraceError, read_trace_on
 from horus_airflow.simulator.truth import split_models
 
 DATA = Path("data") / "interference_seed"
@@ -42,11 +42,11 @@ def run_simulation(
         raise TraceError(f"arrival scale must be > 0, got {arrival_scale}")
     loaded_profiles = [p if isinstance(p, Profile) else load_profile(p) for p in profiles]
     isolated = pd.read_csv(isolated_path) if trace_format == "gavel" else None
-    trace = read_trace(trace_path, trace_format, cluster.gpu_type, isolated)
+    trace = read_trace_on(trace_path, trace_format, cluster.gpu_types, isolated)
     jobs = trace.jobs[:limit] if limit else trace.jobs
     jobs = tuple(replace(job, arrival_s=job.arrival_s / arrival_scale) for job in jobs)
     trace = Trace(jobs, trace.skipped, trace.source)
-    truth, policy_model = split_models(read_pairs(pairs_path), cluster.gpu_type)
+    truth, policy_model = split_models(read_pairs(pairs_path), cluster.gpu_types)
     trace = common_jobs(trace, cluster, loaded_profiles, policy_model, predictor)
     started = time.perf_counter()
     runs = []
@@ -57,10 +57,10 @@ def run_simulation(
         runs[-1].wall_s = time.perf_counter() - began
     return SimulationReport(
         trace=str(trace_path), trace_format=trace_format,
-        cluster=f"{cluster.nodes} nodes x {cluster.gpus_per_node} {cluster.gpu_type}",
-        truth=(f"measured Gavel pairs on {cluster.gpu_type}; unmeasured pairs from a model fitted only on "
-               f"{cluster.gpu_type} pairs; policies' learned model fitted on the other GPU types; policies' demands "
-               f"from {predictor.name if predictor else 'the analytic prior'}"),
+        cluster=cluster.describe(),
+        truth=(f"measured Gavel pairs on each GPU's type ({', '.join(cluster.gpu_types)}); unmeasured pairs from a model "
+               f"fitted only on that type's pairs; policies' learned model fitted on the GPU types the cluster does not "
+               f"have; policies' demands from {predictor.name if predictor else 'the analytic prior'}"),
         results=[summarize(run) for run in runs], runs=runs, wall_s=time.perf_counter() - started,
     )
 
@@ -69,7 +69,7 @@ def common_jobs(trace: Trace, cluster: Cluster, profiles: list[Profile], model: 
                 predictor: DemandPredictor | None = None) -> Trace:
     """Keep the jobs every profile can place on the idle cluster, so all profiles are measured on the
     same jobs; the others are counted under the first profile that cannot place them."""
-    demands = Demands(cluster.gpu_type, predictor)
+    demands = Demands(cluster.gpu_types, predictor)
     checks = [Placeable(cluster.gpus(), profile, model) for profile in profiles]
     kept, skipped = [], dict(trace.skipped)
     for job in trace.jobs:

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import pandas as pd
 
@@ -33,13 +33,18 @@ class TraceError(HorusError):
 @dataclass(frozen=True)
 class SimJob:
     """One job: when it arrives, its GPUs, how long it runs alone on the cluster's GPU type, and what it
-    trains (for the policies' predictions and for measured interference)."""
+    trains (for the policies' predictions and for measured interference). On a cluster that mixes GPU
+    types, ``durations_s`` holds its runtime alone on each of them."""
 
     job_id: str
     arrival_s: float
     gpus: int
     duration_s: float
     workload: Workload
+    durations_s: Mapping[str, float] = field(default_factory=dict)
+
+    def duration_on(self, gpu_type: str) -> float:
+        return self.durations_s[gpu_type] if self.durations_s else self.duration_s
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,7 @@ class TraceReader(Protocol):
 
     name: str
     description: str
+    runtimes_per_gpu_type: bool  # runtimes derived per GPU type (steps over measured throughputs): a mixed cluster can run it; False if absent
 
     def read(self, path: Path, gpu_type: str, isolated: pd.DataFrame | None) -> Trace: ...
 
@@ -73,6 +79,29 @@ def read_trace(path: Path | str, trace_format: str, gpu_type: str, isolated: pd.
     return _usable(TRACE_READERS[trace_format].read(path, gpu_type, isolated), trace_format)
 
 
+def read_trace_on(path: Path | str, trace_format: str, gpu_types: Sequence[str], isolated: pd.DataFrame | None = None) -> Trace:
+    """The trace's jobs with their runtime alone on each GPU type, for a cluster that mixes them. Only a
+    format whose runtimes come from steps and measured per-type throughputs can give them; a job without
+    a measured throughput on one of the types is skipped and counted."""
+    if len(gpu_types) == 1:
+        return read_trace(path, trace_format, gpu_types[0], isolated)
+    per_type = {name: getattr(TRACE_READERS[name], "runtimes_per_gpu_type", False) for name in TRACE_READERS}
+    if not per_type.get(trace_format, True):  # an unknown format is named by read_trace
+        able = ", ".join(name for name, ok in per_type.items() if ok)
+        raise TraceError(f"a cluster that mixes GPU types ({', '.join(gpu_types)}) needs each job's runtime on every "
+                         f"type; {trace_format} traces give one runtime. Accepted for mixed clusters: {able}")
+    traces = [read_trace(path, trace_format, gpu_type, isolated) for gpu_type in gpu_types]
+    runtimes = [{job.job_id: job.duration_s for job in trace.jobs} for trace in traces]
+    jobs, skipped = [], Counter(traces[0].skipped)
+    for job in traces[0].jobs:
+        missing = next((gpu_type for gpu_type, known in zip(gpu_types, runtimes) if job.job_id not in known), None)
+        if missing:
+            skipped[f"no measured throughput on {missing}"] += 1
+            continue
+        jobs.append(replace(job, durations_s={gpu_type: known[job.job_id] for gpu_type, known in zip(gpu_types, runtimes)}))
+    return _usable(Trace(tuple(jobs), dict(skipped), traces[0].source), trace_format)
+
+
 Row = Callable[[dict[str, Any]], tuple[float, int, float, Workload]]
 
 
@@ -86,6 +115,7 @@ class CsvTraceReader:
     description: str
     columns: tuple[str, ...]
     row: Row
+    runtimes_per_gpu_type: bool = False  # a duration column is one runtime, on a GPU the trace does not name
 
     def read(self, path: Path, gpu_type: str, isolated: pd.DataFrame | None) -> Trace:
         try:
@@ -176,6 +206,7 @@ class GavelTraceReader:
 
     name: str = "gavel"
     description: str = "Gavel's per-VC Philly traces (steps; durations from measured isolated throughputs)"
+    runtimes_per_gpu_type: bool = True
 
     def read(self, path: Path, gpu_type: str, isolated: pd.DataFrame | None) -> Trace:
         if isolated is None:

@@ -1,9 +1,9 @@
 """What a simulated job really suffers when it shares a GPU: measured, never the policy's own model.
 
-Pairs Gavel measured on the cluster's GPU type give the speed of each job next to the other, and
-whether the two could run together at all. Pairs it did not measure (job types outside Gavel's set)
-come from a learned model fitted only on that GPU type's measured pairs, while the policies' own
-learned model is fitted on the *other* GPU types (see :func:`split_models`): no policy ever sees the
+Pairs Gavel measured on a GPU's type give the speed of each job next to the other, and whether the
+two could run together at all. Pairs it did not measure (job types outside Gavel's set) come from a
+learned model fitted only on that GPU type's measured pairs, while the policies' own learned model is
+fitted on the GPU types the cluster does *not* have (see :func:`split_models`): no policy ever sees the
 measurements that decide its jobs' fate. With more than two jobs, slowdowns add up in time, as in the
 learned model.
 """
@@ -11,7 +11,7 @@ learned model.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Mapping, Protocol, Sequence
 
 import numpy as np
 import pandas as pd
@@ -29,6 +29,12 @@ class TruthOutcome:
     fits: bool
     measured_pairs: int
     modelled_pairs: int
+
+
+class GroundTruth(Protocol):
+    """What the jobs on one GPU really get: each one's speed and whether they fit together at all."""
+
+    def outcome(self, job_types: Sequence[str], runners: Sequence[CoRunner], gpu: GpuSpec) -> TruthOutcome: ...
 
 
 @dataclass
@@ -75,13 +81,35 @@ class MeasuredTruth:
         return TruthOutcome(tuple(float(1.0 / (1.0 + t)) for t in extra), fits, measured, modelled)
 
 
-def split_models(pairs: pd.DataFrame, gpu_type: str) -> tuple[MeasuredTruth, LearnedInterference]:
-    """The ground truth for ``gpu_type`` and the policies' learned model, fitted on disjoint data."""
-    if gpu_type not in MEASURED_GPUS:
+@dataclass(frozen=True)
+class Truth:
+    """The ground truth of a cluster: on each GPU, what its own type's measured pairs say."""
+
+    by_type: Mapping[str, MeasuredTruth]
+
+    def outcome(self, job_types: Sequence[str], runners: Sequence[CoRunner], gpu: GpuSpec) -> TruthOutcome:
+        return self.by_type[gpu.name].outcome(job_types, runners, gpu)
+
+
+def split_models(pairs: pd.DataFrame, gpu_types: str | Sequence[str]) -> tuple[Truth, LearnedInterference]:
+    """The ground truth for the cluster's GPU types and the policies' learned model, fitted on disjoint
+    data: the truth on each type from that type's pairs only, the policies' model from the types the
+    cluster does not have."""
+    types = (gpu_types,) if isinstance(gpu_types, str) else tuple(dict.fromkeys(gpu_types))
+    unmeasured = [t for t in types if t not in MEASURED_GPUS]
+    if unmeasured:
         raise HorusError(
-            f"simulated ground truth needs measured co-location pairs; GPU type {gpu_type!r} has none. "
+            f"simulated ground truth needs measured co-location pairs; GPU type {unmeasured[0]!r} has none. "
             f"Measured: {', '.join(MEASURED_GPUS)}"
         )
-    own = pairs[pairs["gpu_type"] == gpu_type]
-    others = pairs[pairs["gpu_type"] != gpu_type]
-    return MeasuredTruth(own, LearnedInterference().fit(own)), LearnedInterference().fit(others)
+    others = pairs[~pairs["gpu_type"].isin(types)]
+    if others.empty:
+        raise HorusError(
+            f"the policies' model must be fitted on GPU types the cluster does not have, so that no policy sees "
+            f"the pairs that decide its jobs' fate; a cluster of {', '.join(types)} leaves none of {', '.join(MEASURED_GPUS)}"
+        )
+    truths = {}
+    for gpu_type in types:
+        own = pairs[pairs["gpu_type"] == gpu_type]
+        truths[gpu_type] = MeasuredTruth(own, LearnedInterference().fit(own))
+    return Truth(truths), LearnedInterference().fit(others)
