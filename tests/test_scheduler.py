@@ -286,3 +286,27 @@ def test_limited_rounds_carry_on_where_the_last_stopped(backend: LocalBackend) -
     limited = run_round(backend, max_bookings=1)
     assert len(limited.booked) == 1 and limited.more
     assert "stopped at its limit of 1 bookings" in backend.queue()[1][0].reason
+
+
+def test_a_round_writes_only_the_reasons_it_changed_and_an_entry_it_did_not_reach_keeps_its_skips(
+        backend: LocalBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = backend.enqueue("d/a/r/-1", _demand("a", 40), "exclusive")
+    backend.enqueue("d/b/r/-1", _demand("b", 40), "exclusive")
+    late = backend.enqueue("d/c/r/-1", _demand("c", 40), "horus-paper")
+    version, _ = backend.queue()
+    backend.book_round(version, "earlier", [], {late.entry_id: "passed over before"}, {late.entry_id: 3})
+    limited = run_round(backend, max_bookings=1)
+    assert [e.entry_id for e, _, _ in limited.booked] == [first.entry_id] and limited.more
+    kept = backend.queue_entry(late.entry_id)
+    assert kept.skips == 3 and "stopped at its limit of 1 bookings" in kept.reason  # not reset by a round that never reached it
+    backend.enqueue("d/d/r/-1", _demand("d", 40), "exclusive")  # no GPU left for it
+    run_round(backend)
+    run_round(backend)  # its reason as the full cluster gives it (the last round decided it before c was booked)
+    writes: list[int] = []
+    book_round = backend.book_round
+    monkeypatch.setattr(backend, "book_round", lambda *args: writes.append(len(args[2])) or book_round(*args))
+    reasons = {e.entry_id: (e.reason, e.skips) for e in backend.queue()[1]}
+    assert reasons and all(reason for reason, _ in reasons.values())
+    again = run_round(backend)
+    assert again.booked == () and writes == []  # the same reasons as the last round: nothing written
+    assert {e.entry_id: (e.reason, e.skips) for e in backend.queue()[1]} == reasons

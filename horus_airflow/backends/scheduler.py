@@ -115,6 +115,9 @@ def run_round(
         chosen, held, skips, more = _decide(entries, state, backend.now(), interference, profiles, credits, max_bookings)
         by_id = {e.entry_id: e for e in entries}
         bookings = [RoundBooking(entry_id, _bookings(c), _note(c, round_id)) for entry_id, c in chosen]
+        held, skips = _changed(by_id, held, skips)
+        if not bookings and not held:  # nothing to write: a stale read costs nothing, the next round decides again
+            return RoundOutcome(round_id, (), len(entries), conflicts, more)
         try:
             reservations = backend.book_round(version, round_id, bookings, held, skips)
         except LedgerConflictError as exc:
@@ -127,6 +130,15 @@ def run_round(
         return RoundOutcome(round_id, booked, len(entries) - len(booked), conflicts, more)
     log.info("round %s gave up after %d conflicts: the next round decides", round_id, conflicts)
     return RoundOutcome(round_id, (), -1, conflicts)
+
+
+def _changed(by_id: Mapping[str, QueueEntry], held: dict[str, str], skips: dict[str, int]) -> tuple[dict[str, str], dict[str, int]]:
+    """The waiting entries whose reason or skip count this round changed, so a round writes only those
+    (and an entry the round did not reach keeps its skips)."""
+    counts = {entry_id: skips.get(entry_id, by_id[entry_id].skips) for entry_id in held}
+    changed = {entry_id: reason for entry_id, reason in held.items()
+               if (reason, counts[entry_id]) != (by_id[entry_id].reason, by_id[entry_id].skips)}
+    return changed, {entry_id: counts[entry_id] for entry_id in changed}
 
 
 def _credits(backend: QueueingBackend, entries: list[QueueEntry], profiles: Callable[[str], Profile]) -> dict[str, float] | None:
