@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import multiprocessing
+import random
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -11,7 +13,7 @@ import pytest
 from horus_airflow.backends import LocalBackend, acquire
 from horus_airflow.backends.ledger import Booking, SqliteLedger
 from horus_airflow.errors import LedgerConflictError, NoPlacementError
-from horus_airflow.placement import load_profile
+from horus_airflow.placement import ClusterState, load_profile
 from horus_airflow.placement.state import crashed_pair
 from horus_airflow.predictor import Demand, GpuDemand
 from horus_airflow.settings import Settings
@@ -100,3 +102,70 @@ def test_crashed_pairs_are_kept_once_bump_the_version_and_reach_the_snapshot(tmp
     assert state.version == before + 1
     assert state.crashed_pairs == frozenset({crashed_pair(image, text)})
     assert state.arrays.crash_partners[image] == frozenset({text})
+
+
+def _bookings_seen(state: ClusterState) -> list[tuple[str, list[tuple[str, float, float, float | None]]]]:
+    return [(g.gpu_id, [(r.job_id, r.util, r.mem_mib, r.ends_at) for r in g.residents]) for g in state.gpus]
+
+
+def test_a_backend_reading_only_what_changed_sees_what_a_fresh_read_sees(tmp_path: Path) -> None:
+    """Bookings, releases, renewals, owners released and leases running out, at random: after each, a
+    long-lived backend (which reads only the rows written since its last read) sees what a new backend
+    reading every live row sees."""
+    clock = [0.0]
+    settings = Settings.from_env({"HORUS_HOME": str(tmp_path), "HORUS_LOCAL_GPUS": "4xa100-80gb"})
+    long_lived = LocalBackend(settings, clock=lambda: clock[0])
+    ledger, rng, held = long_lived.ledger, random.Random(7), []
+    gpu_ids = [g.gpu_id for g in long_lived.gpus]
+    for step in range(300):
+        choice = rng.random()
+        if choice < 0.45 or not held:
+            version = ledger.bookings_since(None, clock[0]).version
+            bookings = [Booking(gpu_id, rng.uniform(10, 90), 95.0, rng.uniform(100, 9000))
+                        for gpu_id in rng.sample(gpu_ids, rng.choice((1, 2)))]
+            held.append(ledger.reserve(version, f"j{step}", f"w{step % 5}", bookings, clock[0], rng.choice((5, 30, 3600))))
+        elif choice < 0.7:
+            ledger.release(held.pop(rng.randrange(len(held))).reservation_id, clock[0])
+        elif choice < 0.9:
+            ledger.renew(rng.choice(held).reservation_id, clock[0], rng.choice((5, 60)))
+        else:
+            ledger.release_owner(f"w{rng.randrange(5)}", clock[0])
+        clock[0] += rng.uniform(0, 3)
+        state = long_lived.snapshot()
+        fresh = LocalBackend(settings, clock=lambda: clock[0]).snapshot()
+        assert (state.version, _bookings_seen(state)) == (fresh.version, _bookings_seen(fresh)), step
+        active = ledger.active(clock[0])[1]
+        assert [[r.job_id for r in g.residents] for g in state.gpus] == [[r.job_id for r in active.get(i, [])] for i in gpu_ids]
+
+
+def test_a_read_after_a_write_returns_only_the_rows_written(tmp_path: Path) -> None:
+    ledger = SqliteLedger(tmp_path / "l.sqlite")
+    made = [ledger.reserve(i, f"j{i}", "w", [Booking(f"g/{i}", 50, 55, 100)], now=0, lease_s=60) for i in range(50)]
+    first = ledger.bookings_since(None, now=1)
+    assert first.full and len(first.rows) == 50
+    ledger.reserve(first.version, "new", "w", [Booking("g/0", 20, 25, 100)], now=2, lease_s=60)
+    ledger.release(made[3].reservation_id, now=3)
+    then = ledger.bookings_since(first.change, now=4)
+    assert not then.full
+    assert sorted((r.resident.job_id, r.released_at) for r in then.rows) == [("j3", 3.0), ("new", None)]
+    assert ledger.bookings_since(then.change, now=4).rows == ()
+    assert ledger.bookings_since(then.change + 10, now=4).full  # a count this ledger never reached: it was replaced
+
+
+def test_a_ledger_written_before_change_counts_opens_and_keeps_its_bookings(tmp_path: Path) -> None:
+    settings = Settings.from_env({"HORUS_HOME": str(tmp_path), "HORUS_LOCAL_GPUS": "1xa100-80gb"})
+    path = settings.ledger_path
+    with closing(sqlite3.connect(path)) as conn:
+        conn.executescript("""
+            CREATE TABLE ledger_version (id INTEGER PRIMARY KEY CHECK (id = 0), version INTEGER NOT NULL);
+            INSERT INTO ledger_version (id, version) VALUES (0, 7);
+            CREATE TABLE reservations (reservation_id TEXT NOT NULL, gpu_id TEXT NOT NULL, job_id TEXT NOT NULL,
+                owner TEXT NOT NULL, util REAL NOT NULL, util_p90 REAL NOT NULL, mem_mib REAL NOT NULL,
+                created_at REAL NOT NULL, lease_expires_at REAL NOT NULL, released_at REAL,
+                PRIMARY KEY (reservation_id, gpu_id));
+            INSERT INTO reservations VALUES ('r1', 'local/0', 'old-job', 'w', 40, 45, 1000, 0, 1e12, NULL);
+        """)
+    backend = LocalBackend(settings)
+    assert [r.job_id for r in backend.snapshot().gpus[0].residents] == ["old-job"]
+    assert backend.ledger.release("r1", now=5)
+    assert backend.snapshot().gpus[0].residents == ()

@@ -24,7 +24,8 @@ from horus_airflow.placement.state import Resident, Signature, crashed_pair
 from horus_airflow.predictor.demand import Demand
 
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS ledger_version (id INTEGER PRIMARY KEY CHECK (id = 0), version INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS ledger_version (id INTEGER PRIMARY KEY CHECK (id = 0), version INTEGER NOT NULL,
+    changes INTEGER NOT NULL DEFAULT 0);
 INSERT OR IGNORE INTO ledger_version (id, version) VALUES (0, 0);
 CREATE TABLE IF NOT EXISTS reservations (
     reservation_id TEXT NOT NULL,
@@ -38,6 +39,7 @@ CREATE TABLE IF NOT EXISTS reservations (
     lease_expires_at REAL NOT NULL,
     released_at REAL,
     signature TEXT NOT NULL DEFAULT '',
+    changed INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (reservation_id, gpu_id)
 );
 CREATE INDEX IF NOT EXISTS reservations_active ON reservations (released_at, lease_expires_at);
@@ -77,6 +79,12 @@ _ACTIVE = (  # a booking made by a round ends, as expected, its runtime after it
     "FROM reservations r LEFT JOIN queue q ON q.reservation_id = r.reservation_id "
     "WHERE r.released_at IS NULL AND r.lease_expires_at > ? ORDER BY r.created_at"
 )
+_BOOKED_ROWS = (
+    "SELECT r.rowid, r.gpu_id, r.job_id, r.util, r.util_p90, r.mem_mib, r.signature, r.created_at + q.expected_runtime_s, "
+    "r.created_at, r.lease_expires_at, r.released_at FROM reservations r LEFT JOIN queue q ON q.reservation_id = r.reservation_id "
+)
+_LIVE_ROWS = _BOOKED_ROWS + "WHERE r.released_at IS NULL AND r.lease_expires_at > ?"
+_CHANGED_ROWS = _BOOKED_ROWS + "WHERE r.changed > ?"
 
 
 @dataclass(frozen=True)
@@ -169,6 +177,78 @@ class RoundBooking:
     note: DecisionNote
 
 
+@dataclass(frozen=True)
+class BookedRow:
+    """One GPU slot of a reservation as the ledger holds it, with the resident it puts on the GPU."""
+
+    rowid: int
+    gpu_id: str
+    resident: Resident
+    created_at: float
+    lease_expires_at: float
+    released_at: float | None
+
+    def live(self, now: float) -> bool:
+        return self.released_at is None and self.lease_expires_at > now
+
+
+@dataclass(frozen=True)
+class BookedRows:
+    """What :meth:`SqliteLedger.bookings_since` read: the rows written since a change count (``full``:
+    every live row instead), at ledger ``version`` and change count ``change``."""
+
+    version: int
+    change: int
+    full: bool
+    rows: tuple[BookedRow, ...]
+
+
+class LiveBookings:
+    """The live bookings of a ledger as one process last read them, kept current by reading only the
+    rows written since: a round on thousands of GPUs would otherwise read and rebuild every booking each
+    time, and most of its time went there. A lease that runs out changes no row, so the earliest lease
+    is remembered and, once the clock passes it, every row is checked again."""
+
+    def __init__(self) -> None:
+        self.change: int | None = None
+        self._by_gpu: dict[str, dict[int, BookedRow]] = {}
+        self._earliest_expiry = math.inf
+
+    def update(self, read: BookedRows, now: float) -> set[str]:
+        """Apply what the ledger returned; the GPUs whose residents may have changed."""
+        touched: set[str] = set()
+        if read.full:
+            touched.update(self._by_gpu)
+            self._by_gpu, self._earliest_expiry = {}, math.inf
+        for row in read.rows:
+            on_gpu = self._by_gpu.setdefault(row.gpu_id, {})
+            if row.live(now):
+                on_gpu[row.rowid] = row
+                self._earliest_expiry = min(self._earliest_expiry, row.lease_expires_at)
+            else:
+                on_gpu.pop(row.rowid, None)
+            touched.add(row.gpu_id)
+        if now >= self._earliest_expiry:
+            touched.update(self._drop_expired(now))
+        self.change = read.change
+        return touched
+
+    def residents(self, gpu_id: str) -> tuple[Resident, ...]:
+        """The GPU's residents in booking order, as :meth:`SqliteLedger.active` lists them."""
+        rows = sorted(self._by_gpu.get(gpu_id, {}).values(), key=lambda r: (r.created_at, r.rowid))
+        return tuple(r.resident for r in rows)
+
+    def _drop_expired(self, now: float) -> set[str]:
+        expired_on: set[str] = set()
+        self._earliest_expiry = math.inf
+        for gpu_id, on_gpu in self._by_gpu.items():
+            for rowid in [rowid for rowid, row in on_gpu.items() if not row.live(now)]:
+                del on_gpu[rowid]
+                expired_on.add(gpu_id)
+            self._earliest_expiry = min([self._earliest_expiry, *(r.lease_expires_at for r in on_gpu.values())])
+        return expired_on
+
+
 _QUEUE_COLUMNS = ("entry_id, owner, demand, profile, pool, enqueued_at, lease_expires_at, expected_runtime_s, skips, "
                   "reason, reservation_id, round, left_at")
 _WAITING = (f"SELECT {_QUEUE_COLUMNS} FROM queue WHERE left_at IS NULL AND reservation_id IS NULL "
@@ -182,14 +262,27 @@ class SqliteLedger:
         path.parent.mkdir(parents=True, exist_ok=True)
         with closing(self._connect()) as conn:
             conn.executescript("BEGIN IMMEDIATE;" + _SCHEMA + "COMMIT;")
-            columns = {row[1] for row in conn.execute("PRAGMA table_info(reservations)")}
-            if "signature" not in columns:  # a ledger written before interference signatures existed
-                conn.execute("ALTER TABLE reservations ADD COLUMN signature TEXT NOT NULL DEFAULT ''")
+            conn.execute("BEGIN IMMEDIATE")  # one process migrates; the others then see the columns
+            _add_missing_columns(conn)
+            conn.execute("CREATE INDEX IF NOT EXISTS reservations_changed ON reservations (changed)")
+            conn.execute("COMMIT")
 
     def active(self, now: float) -> tuple[int, dict[str, list[Resident]]]:
         """The ledger version and the live residents of every GPU (expired leases do not count)."""
         with closing(self._connect()) as conn:
             return _active(conn, now)
+
+    def bookings_since(self, change: int | None, now: float) -> BookedRows:
+        """The ledger version and every booking row written after ``change`` (its change count from an
+        earlier read), released or not; with no ``change``, or one this ledger never reached (the file
+        was replaced), the live rows: what :class:`LiveBookings` needs to stay current cheaply."""
+        with closing(self._connect()) as conn:
+            conn.execute("BEGIN")
+            version, changes = conn.execute("SELECT version, changes FROM ledger_version").fetchone()
+            full = change is None or change > changes
+            rows = conn.execute(_LIVE_ROWS if full else _CHANGED_ROWS, (now,) if full else (change,)).fetchall()
+            conn.execute("COMMIT")
+        return BookedRows(int(version), int(changes), full, tuple(_booked_row(row) for row in rows))
 
     def reserve(
         self, expected_version: int, job_id: str, owner: str, bookings: list[Booking], now: float, lease_s: float,
@@ -298,8 +391,8 @@ class SqliteLedger:
                 return False
             conn.execute("UPDATE queue SET left_at = ?, reason = ? WHERE entry_id = ?", (now, reason, entry_id))
             if row[0] is not None:
-                conn.execute("UPDATE reservations SET released_at = ? WHERE reservation_id = ? AND released_at IS NULL",
-                             (now, row[0]))
+                conn.execute("UPDATE reservations SET released_at = ?, changed = ? WHERE reservation_id = ? "
+                             "AND released_at IS NULL", (now, _next_change(conn), row[0]))
             conn.execute("UPDATE ledger_version SET version = version + 1")
             return True
 
@@ -307,9 +400,9 @@ class SqliteLedger:
         """Extend a live lease; False if it was released or had already expired."""
         with self._write() as conn:
             cursor = conn.execute(
-                "UPDATE reservations SET lease_expires_at = ? "
+                "UPDATE reservations SET lease_expires_at = ?, changed = ? "
                 "WHERE reservation_id = ? AND released_at IS NULL AND lease_expires_at > ?",
-                (now + lease_s, reservation_id, now),
+                (now + lease_s, _next_change(conn), reservation_id, now),
             )
             return cursor.rowcount > 0
 
@@ -317,8 +410,8 @@ class SqliteLedger:
         """Idempotent: True the first time, False when there was nothing left to release."""
         with self._write() as conn:
             cursor = conn.execute(
-                "UPDATE reservations SET released_at = ? WHERE reservation_id = ? AND released_at IS NULL",
-                (now, reservation_id),
+                "UPDATE reservations SET released_at = ?, changed = ? WHERE reservation_id = ? AND released_at IS NULL",
+                (now, _next_change(conn), reservation_id),
             )
             if cursor.rowcount:
                 conn.execute("UPDATE ledger_version SET version = version + 1")
@@ -330,7 +423,8 @@ class SqliteLedger:
             held = [row[0] for row in conn.execute(
                 "SELECT DISTINCT reservation_id FROM reservations WHERE owner = ? AND released_at IS NULL", (owner,))]
             if held:
-                conn.execute("UPDATE reservations SET released_at = ? WHERE owner = ? AND released_at IS NULL", (now, owner))
+                conn.execute("UPDATE reservations SET released_at = ?, changed = ? WHERE owner = ? AND released_at IS NULL",
+                             (now, _next_change(conn), owner))
                 conn.execute("UPDATE ledger_version SET version = version + 1")
             return held
 
@@ -459,6 +553,30 @@ def _active(conn: sqlite3.Connection, now: float) -> tuple[int, dict[str, list[R
     return version, residents
 
 
+def _add_missing_columns(conn: sqlite3.Connection) -> None:
+    """Columns a ledger written by an earlier release lacks: interference signatures, change counts."""
+    for table, column, kind in (("reservations", "signature", "TEXT NOT NULL DEFAULT ''"),
+                                ("reservations", "changed", "INTEGER NOT NULL DEFAULT 0"),
+                                ("ledger_version", "changes", "INTEGER NOT NULL DEFAULT 0")):
+        if column not in {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}:
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+
+
+def _next_change(conn: sqlite3.Connection) -> int:
+    """Count one more write to the reservations, for the rows this write stamps: readers then read only
+    the rows stamped after their last read (:meth:`SqliteLedger.bookings_since`)."""
+    conn.execute("UPDATE ledger_version SET changes = changes + 1")
+    return int(conn.execute("SELECT changes FROM ledger_version").fetchone()[0])
+
+
+def _booked_row(row: tuple[object, ...]) -> BookedRow:
+    rowid, gpu_id, job_id, util, util_p90, mem, signature, ends_at, created, expires, released = row
+    resident = Resident(str(job_id), float(util), float(util_p90), float(mem), _signature(str(signature)),
+                        None if ends_at is None else float(ends_at))
+    return BookedRow(int(rowid), str(gpu_id), resident, float(created), float(expires),
+                     None if released is None else float(released))
+
+
 def _check_version(conn: sqlite3.Connection, expected_version: int) -> None:
     version = conn.execute("SELECT version FROM ledger_version").fetchone()[0]
     if version != expected_version:
@@ -467,11 +585,11 @@ def _check_version(conn: sqlite3.Connection, expected_version: int) -> None:
 
 def _insert_reservation(conn: sqlite3.Connection, job_id: str, owner: str, bookings: list[Booking], now: float,
                         expires: float, note: DecisionNote | None) -> Reservation:
-    reservation_id = uuid.uuid4().hex
+    reservation_id, change = uuid.uuid4().hex, _next_change(conn)
     conn.executemany(
         "INSERT INTO reservations (reservation_id, gpu_id, job_id, owner, util, util_p90, mem_mib, created_at, "
-        "lease_expires_at, signature) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [(reservation_id, b.gpu_id, job_id, owner, b.util, b.util_p90, b.mem_mib, now, expires, _text(b.signature))
+        "lease_expires_at, signature, changed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [(reservation_id, b.gpu_id, job_id, owner, b.util, b.util_p90, b.mem_mib, now, expires, _text(b.signature), change)
          for b in bookings],
     )
     if note is not None:

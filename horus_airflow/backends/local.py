@@ -20,6 +20,7 @@ from pathlib import Path
 from horus_airflow.backends.ledger import (
     Booking,
     DecisionNote,
+    LiveBookings,
     QueueEntry,
     Reservation,
     RoundBooking,
@@ -104,22 +105,28 @@ class LocalBackend:
         self.gpus = discover_inventory(settings.local_gpus)
         self.ledger = SqliteLedger(settings.ledger_path)
         self._last_snapshot: ClusterState | None = None
+        self._bookings = LiveBookings()
+        self._index: dict[str, int] = {}
 
     def snapshot(self) -> ClusterState:
         """The GPUs with their live bookings. The state is built from the last one this backend read,
-        changing only the GPUs whose residents differ: a scheduling round reads it often, and building
-        the placer's arrays for thousands of GPUs from scratch costs more than the round itself."""
-        version, residents = self.ledger.active(self.clock())
-        pairs = self.ledger.crashed_pairs()  # read after the version: a pair recorded since bumps it, so booking re-decides
+        reading only the bookings written since and changing only the GPUs they touch: a scheduling
+        round reads it often, and reading every booking and building the placer's arrays for thousands
+        of GPUs from scratch costs more than the round itself."""
+        now = self.clock()
         last = self._last_snapshot
         if last is None or len(last.gpus) != len(self.gpus) or any(a.gpu_id != b.gpu_id for a, b in zip(last.gpus, self.gpus)):
             last = ClusterState(tuple(replace(gpu, residents=()) for gpu in self.gpus))
+            self._bookings, self._index = LiveBookings(), {gpu.gpu_id: i for i, gpu in enumerate(last.gpus)}
+        read = self.ledger.bookings_since(self._bookings.change, now)
+        pairs = self.ledger.crashed_pairs()  # read after the version: a pair recorded since bumps it, so booking re-decides
         changes = {}
-        for i, gpu in enumerate(last.gpus):
-            now = tuple(residents.get(gpu.gpu_id, ()))
-            if gpu.residents != now:
-                changes[i] = replace(gpu, residents=now)
-        self._last_snapshot = last.with_changes(changes, version, pairs)
+        for gpu_id in self._bookings.update(read, now):
+            i = self._index.get(gpu_id)  # a booking of a GPU this machine no longer has holds nothing here
+            residents = self._bookings.residents(gpu_id)
+            if i is not None and last.gpus[i].residents != residents:
+                changes[i] = replace(last.gpus[i], residents=residents)
+        self._last_snapshot = last.with_changes(changes, read.version, pairs)
         return self._last_snapshot
 
     def gpu(self, gpu_id: str) -> GpuState:
