@@ -25,10 +25,12 @@ from horus_airflow.backends.kubernetes import (
     reconcile,
 )
 from horus_airflow.backends.ledger import Booking
+from horus_airflow.backends.scheduler import run_round, wait_in_queue
 from horus_airflow.errors import (
     KubernetesApiError,
     KubernetesConfigError,
     LedgerConflictError,
+    NoPlacementError,
 )
 from horus_airflow.placement import load_profile
 from horus_airflow.predictor.demand import Demand, GpuDemand
@@ -287,3 +289,98 @@ def test_many_placements_at_once_never_over_commit(fake: FakeKubeApi, tmp_path: 
     # every worker but the first to write found the ledger changed under its first decision (on reading it
     # again, or by the API server's 409) and decided again: the workers really raced
     assert sum(redecided) >= len(backends) - 1
+
+
+# --- the queue ------------------------------------------------------------------------------------
+def test_a_round_books_the_queue_in_order_in_one_write_and_the_rest_wait_with_a_reason(fake: FakeKubeApi, tmp_path: Path) -> None:
+    backend = backend_for(fake, tmp_path)
+    entries = [backend.enqueue(f"dag/t{i}/run/-1", demand(f"j{i}"), "exclusive") for i in range(9)]
+    writes = fake.requests["PUT horus-ledger"]
+    outcome = run_round(backend, max_bookings=0)
+    assert fake.requests["PUT horus-ledger"] == writes + 1  # bookings and reasons in one PUT
+    assert [entry.entry_id for entry, _, _ in outcome.booked] == [e.entry_id for e in entries[:7]]  # FIFO: 7 healthy GPUs
+    assert len({r.gpu_ids for _, r, _ in outcome.booked}) == 7
+    version, waiting = backend.queue()
+    assert [e.entry_id for e in waiting] == [e.entry_id for e in entries[7:]]
+    assert "no feasible GPU" in waiting[0].reason and waiting[1].reason == "a queued job with the same demand does not fit now"
+    for entry, _, _ in outcome.booked[:1]:
+        backend.take(entry.entry_id)
+        backend.release(backend.reservation(entry.reservation_id or "") or outcome.booked[0][1])
+    again = run_round(backend)
+    assert [entry.entry_id for entry, _, _ in again.booked] == [entries[7].entry_id]  # the oldest waiting goes next
+    assert backend.queue_entry(entries[0].entry_id) is None  # taken: out of the ConfigMap
+    assert set(backend.waits(3600)) == {"default"}
+
+
+def test_rounds_racing_from_several_workers_never_book_an_entry_or_a_gpu_twice(fake: FakeKubeApi, tmp_path: Path) -> None:
+    backends = [backend_for(fake, tmp_path, KubernetesOptions(namespace="horus", attempts=8, backoff_s=0.01)) for _ in range(4)]
+    for i in range(12):
+        backends[i % 4].enqueue(f"o{i}", demand(f"j{i}"), "exclusive")
+    errors: list[BaseException] = []
+
+    def rounds(backend: KubernetesBackend) -> None:
+        try:
+            for _ in range(3):
+                run_round(backend, max_bookings=2)
+        except Exception as exc:  # noqa: BLE001 - asserted on below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=rounds, args=(b,)) for b in backends]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    booked = backends[0].active()
+    gpus = [b.gpu_id for e in booked.values() for b in e.bookings]
+    assert len(booked) == 7 and len(set(gpus)) == 7  # every healthy GPU once, no more
+    queued = backends[0]._read_ledger().queue.values()
+    assert sorted(e.reservation_id for e in queued if e.reservation_id) == sorted(booked)  # one booking per entry
+
+
+def test_a_task_waits_in_the_queue_and_takes_its_booking_when_a_gpu_frees(fake: FakeKubeApi, tmp_path: Path) -> None:
+    backend = backend_for(fake, tmp_path)
+    held = [acquire(backend, demand(f"busy{i}"), load_profile("exclusive"), f"busy{i}", 0) for i in range(7)]
+    looks: list[str] = []
+
+    def sleep(_s: float) -> None:  # while the task waits, a job finishes
+        looks.append(backend.queue()[1][0].reason)
+        backend.release(held[0].reservation)
+
+    acquired = wait_in_queue(backend, demand("late"), load_profile("exclusive"), "dag/late/run/-1", 60, sleep=sleep)
+    assert acquired.decision.gpu_ids == held[0].decision.gpu_ids and len(looks) == 1 and "no feasible GPU" in looks[0]
+    assert backend.entry_of(acquired.reservation).owner == "dag/late/run/-1"
+    assert backend.queue()[1] == []
+
+
+def test_leaving_releases_a_booking_never_taken_and_a_restarted_task_gets_its_booking_back(fake: FakeKubeApi, tmp_path: Path) -> None:
+    backend = backend_for(fake, tmp_path)
+    gone = backend.enqueue("dag/a/run/-1", demand("a"), "exclusive")
+    run_round(backend)
+    assert backend.leave(gone.entry_id, "the task was cleared") and not backend.leave(gone.entry_id, "again")
+    assert backend.active() == {}
+    kept = acquire(backend, demand("b"), load_profile("exclusive"), "dag/b/run/-1", 0)
+    again = backend.enqueue("dag/b/run/-1", demand("b"), "exclusive")
+    assert again.status(backend.now()) == "booked" and again.reservation_id == kept.reservation.reservation_id
+    assert len(backend.active()) == 1
+
+
+def test_an_entry_for_a_gpu_type_no_node_has_stays_queued_with_its_reason(fake: FakeKubeApi, tmp_path: Path) -> None:
+    backend = backend_for(fake, tmp_path)
+    only_v100 = Demand("v", 1, {"v100-32gb": GpuDemand(40, 48, 1000)})
+    entry = backend.enqueue("dag/v/run/-1", only_v100, "exclusive")
+    run_round(backend)
+    seen = backend.queue_entry(entry.entry_id)
+    assert seen is not None and seen.status(backend.now()) == "waiting" and seen.reason
+
+
+def test_a_queue_that_would_overflow_the_configmap_refuses_the_task_and_keeps_the_rest(
+        fake: FakeKubeApi, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import horus_airflow.backends.kubernetes as kubernetes
+
+    monkeypatch.setattr(kubernetes, "_QUEUE_FULL_BYTES", 700)  # a few entries' worth, not ~400
+    backend = backend_for(fake, tmp_path)
+    first = backend.enqueue("dag/a/run/-1", demand("a"), "exclusive")
+    with pytest.raises(NoPlacementError, match=r"not queued: the ledger ConfigMap horus/horus-ledger would hold [\d,]+ bytes with 2 queue entries"):
+        backend.enqueue("dag/b/run/-1", demand("b"), "exclusive")
+    assert [e.entry_id for e in backend.queue()[1]] == [first.entry_id] and backend.active() == {}

@@ -11,7 +11,7 @@ from typing import Iterator
 import pytest
 from kubernetes.client import models as k8s
 
-from horus_airflow.backends.kubernetes import BOOKING_ANNOTATION, RESERVATION_LABEL
+from horus_airflow.backends.kubernetes import BOOKING_ANNOTATION, RESERVATION_LABEL, WAITS_KEY
 from horus_airflow.operators.kubernetes import HorusKubernetesPodOperator
 from horus_airflow.placement import ClusterState, GpuState, Resident
 from tests.conftest import DAGS_FOLDER, REPO, load_dag_file
@@ -158,6 +158,13 @@ def _xcom(dag_run, task_id: str, key: str):  # type: ignore[no-untyped-def]
         return row.value if not isinstance(row.value, str) else json.loads(row.value)
 
 
+def _held(cluster: FakeKubeApi) -> list[str]:
+    """The ledger's bookings and queue entries: every key but the recent waits the credit policy reads."""
+    ledger = cluster.configmap("horus", "horus-ledger")
+    assert ledger is not None
+    return [key for key in ledger["data"] if key != WAITS_KEY]
+
+
 @pytest.mark.airflow
 @pytest.mark.parametrize("dag_id,task_id", [
     ("horus_test_k8s_sync", "train_resnet18"),
@@ -167,8 +174,7 @@ def _xcom(dag_run, task_id: str, key: str):  # type: ignore[no-untyped-def]
 def test_a_task_places_binds_runs_and_releases(airflow_db: Path, cluster: FakeKubeApi, caplog: pytest.LogCaptureFixture, dag_id: str, task_id: str) -> None:
     _dag, dag_run = _run(dag_id, caplog)
     assert str(dag_run.state) == "success", [(ti.task_id, ti.state) for ti in dag_run.get_task_instances()]
-    ledger = cluster.configmap("horus", "horus-ledger")
-    assert ledger is not None and ledger["data"] == {}  # released after the pod finished
+    assert _held(cluster) == []  # released after the pod finished, and out of the queue
     placement = _xcom(dag_run, task_id, "horus_placement")
     assert placement["gpu_ids"] and placement["binding"] == "visible-devices" and placement["predicted"]["util"] > 0
     assert placement["explanation"]["candidates"]
@@ -231,7 +237,7 @@ def test_a_pod_stuck_pending_is_deleted_and_its_gpus_released(airflow_db: Path, 
     with caplog.at_level(logging.INFO):
         dag_run = module.sync_dag.test()
     assert str(dag_run.state) == "failed"
-    assert cluster.configmap("horus", "horus-ledger")["data"] == {}
+    assert _held(cluster) == []
     assert cluster.pods("jobs") == []
 
 
@@ -240,7 +246,7 @@ def test_a_failed_pod_fails_the_task_and_releases(airflow_db: Path, cluster: Fak
     cluster.lifecycle = Lifecycle(running_after_s=0.1, succeeded_after_s=0.3, exit_code=1)
     _dag, dag_run = _run("horus_test_k8s_sync", caplog)
     assert str(dag_run.state) == "failed"
-    assert cluster.configmap("horus", "horus-ledger")["data"] == {}
+    assert _held(cluster) == []
 
 
 @pytest.mark.airflow
@@ -255,7 +261,7 @@ def test_a_pod_whose_profiling_run_cannot_be_logged_fails_its_task_as_a_local_on
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "3")
     _dag, dag_run = _run("horus_test_k8s_sync", caplog)
     assert str(dag_run.state) == "failed"
-    assert cluster.created and cluster.configmap("horus", "horus-ledger")["data"] == {}
+    assert cluster.created and _held(cluster) == []
     printed = capfd.readouterr()
     assert "ran, but its profiling run was not logged" in printed.out + printed.err  # the task's log says why
 

@@ -302,6 +302,12 @@ def test_the_kubernetes_source_reads_nodes_bookings_and_pods_without_writing(clu
     assert row["status"] == "running" and row["profile"] == "horus-paper" and row["reason"] == acquired.decision.reason
     assert api.get(f"/api/v1/decisions/{row['reservation_id']}").json()["explanation"]["gpu_ids"] == list(acquired.decision.gpu_ids)
     assert {verb for verb, _, _ in fake.verbs} <= {"get", "list"}, fake.verbs
+    queued = backend.enqueue("kdag/later/manual__1/-1", Demand("later-1", 1, {"a100-80gb": GpuDemand(30.0, 40.0, 70_000.0)}), "horus-paper")
+    fake.verbs.clear()
+    body = api.get("/api/v1/queue").json()
+    assert body["note"] is None and [(q["position"], q["task"]["task_id"]) for q in body["queue"]] == [(1, "later")]
+    assert queued.entry_id in fake.configmap("horus", "horus-ledger")["data"][f"queue.{queued.entry_id}"]
+    assert {verb for verb, _, _ in fake.verbs} <= {"get", "list"}, fake.verbs
 
 
 def test_an_unreachable_kubernetes_api_is_a_503(tmp_path: Path, token: str) -> None:

@@ -26,7 +26,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import urllib3
 from kubernetes import client as kube_client
@@ -35,11 +35,13 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from horus_airflow.backends.binding import GPU_RESOURCE
-from horus_airflow.backends.ledger import Booking, Reservation
+from horus_airflow.backends.ledger import Booking, QueueEntry, Reservation, RoundBooking
+from horus_airflow.backends.scheduler import CREDIT_WINDOW_S
 from horus_airflow.errors import (
     KubernetesApiError,
     KubernetesConfigError,
     LedgerConflictError,
+    NoPlacementError,
 )
 from horus_airflow.features.gpus import gpu_type_from_nvml
 from horus_airflow.placement import ClusterState, Decision, GpuState, Resident
@@ -154,6 +156,24 @@ class Reconciled:
         return bool(self.dropped or self.adopted)
 
 
+_T = TypeVar("_T")
+_QUEUE_FULL_BYTES = 768 * 1024  # a ConfigMap holds 1 MiB: the rest is room for the bookings rounds add
+_REASON_CHARS = 500  # a reason names GPUs: on a large cluster it is cut, so the ConfigMap stays small
+
+
+def _waiting(ledger: _LedgerRead, now: float) -> list[QueueEntry]:
+    waiting = [e for e in ledger.queue.values() if e.status(now) == "waiting"]
+    return sorted(waiting, key=lambda e: (e.enqueued_at, e.entry_id))
+
+
+def _without_stale_entries(ledger: _LedgerRead, now: float) -> dict[str, str]:
+    """The ledger's data less the queue entries whose lease ran out, or whose booking is gone (released
+    or dropped by reconciliation) before their task took it: a ConfigMap holds at most 1 MiB."""
+    stale = {QUEUE_PREFIX + entry_id for entry_id, entry in ledger.queue.items()
+             if entry.status(now) == "expired" or (entry.reservation_id is not None and entry.reservation_id not in ledger.entries)}
+    return {k: v for k, v in ledger.data.items() if k not in stale}
+
+
 def reconcile(entries: Mapping[str, LedgerEntry], pods: Mapping[str, PodView], now: float) -> Reconciled:
     """Which reservations still hold GPUs, given the Horus pods by reservation id. Pure."""
     kept: dict[str, LedgerEntry] = {}
@@ -253,20 +273,28 @@ class _Api:
         raise KubernetesApiError(f"Kubernetes API at {self.host}: {what} failed {options.attempts} times, last with {last}")
 
 
+QUEUE_PREFIX = "queue."  # ConfigMap keys of queue entries: queue.<entry id>
+WAITS_KEY = "queue-waits"  # recent waits of tasks that took their booking, for the credit policy
+
+
 @dataclass(frozen=True)
 class _LedgerRead:
     version: str
     data: dict[str, str]
     entries: dict[str, LedgerEntry]
+    queue: dict[str, QueueEntry] = field(default_factory=dict)  # by entry id
+    waits: tuple[tuple[str, float, float], ...] = ()  # (pool, enqueued at, booked at) of entries taken
 
 
 @dataclass(frozen=True)
 class ReadOnlyView:
-    """The cluster as a reader sees it: the state, the live bookings by reservation id, the Horus pods."""
+    """The cluster as a reader sees it: the state, the live bookings by reservation id, the Horus pods
+    and the entries waiting in the queue, oldest first."""
 
     state: ClusterState
     entries: Mapping[str, LedgerEntry]
     pods: tuple[PodView, ...]
+    queue: tuple[QueueEntry, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -333,7 +361,7 @@ class KubernetesBackend:
         pods = {p.reservation_id: p for p in read.horus_pods if p.reservation_id}
         result = reconcile(read.ledger.entries, pods, self.clock())
         state = self._state(read.nodes, result.entries, read.foreign, read.ledger.version)
-        return ReadOnlyView(state, result.entries, read.horus_pods)
+        return ReadOnlyView(state, result.entries, read.horus_pods, tuple(_waiting(read.ledger, self.clock())))
 
     def _read(self, create_ledger: bool) -> _Read:
         nodes = self._api.call("list nodes", self.core.list_node, label_selector=PRODUCT_LABEL)
@@ -377,13 +405,18 @@ class KubernetesBackend:
                 return _LedgerRead("", {}, {})
             raw = self._create_ledger()
         data = dict(raw.get("data") or {})
-        entries = {}
+        entries, queue, waits = {}, {}, ()
         for key, value in data.items():
             try:
-                entries[key] = LedgerEntry.from_json(value)
+                if key == WAITS_KEY:
+                    waits = tuple((str(pool), float(enqueued), float(booked)) for pool, enqueued, booked in json.loads(value))
+                elif key.startswith(QUEUE_PREFIX):
+                    queue[key[len(QUEUE_PREFIX):]] = QueueEntry.from_json(value)
+                else:
+                    entries[key] = LedgerEntry.from_json(value)
             except (ValueError, KeyError, TypeError) as exc:
                 log.warning("ledger key %s is unreadable (%s); kept as it is and not counted", key, exc)
-        return _LedgerRead(raw["metadata"]["resourceVersion"], data, entries)
+        return _LedgerRead(raw["metadata"]["resourceVersion"], data, entries, queue, waits)
 
     def _create_ledger(self) -> dict[str, Any]:
         namespace, name = self.options.namespace, self.options.ledger_name
@@ -437,7 +470,8 @@ class KubernetesBackend:
 
     def entry_of(self, reservation: Reservation) -> LedgerEntry:
         """The full entry behind a reservation this backend wrote (for the pod's booking annotation)."""
-        return self._written[reservation.reservation_id]
+        written = self._written.get(reservation.reservation_id)
+        return written if written is not None else self._read_ledger().entries[reservation.reservation_id]
 
     def write_entry(self, entry: LedgerEntry, expected_version: str) -> LedgerEntry:
         """Book at ``expected_version`` or raise LedgerConflictError. An owner that already holds a live
@@ -483,17 +517,154 @@ class KubernetesBackend:
         return 0
 
     def _remove(self, match: Callable[[str, LedgerEntry | None], bool]) -> int:
+        def without(ledger: _LedgerRead) -> tuple[dict[str, str] | None, int]:
+            gone = [rid for rid in ledger.data if match(rid, ledger.entries.get(rid))]
+            return ({k: v for k, v in ledger.data.items() if k not in gone} if gone else None), len(gone)
+
+        return self._update(without, "the release will be done by reconciliation")
+
+    def _update(self, change: Callable[[_LedgerRead], tuple[dict[str, str] | None, _T]], fallback: str) -> _T:
+        """Read the ledger, compute its new data (None: nothing to write) and what to return, and write it
+        at the version read; on a conflict, read and compute again."""
         for _ in range(self.options.attempts * 4):
             ledger = self._read_ledger()
-            gone = [rid for rid in ledger.data if match(rid, ledger.entries.get(rid))]
-            if not gone:
-                return 0
+            data, result = change(ledger)
+            if data is None:
+                return result
             try:
-                self._write_ledger(ledger.version, {k: v for k, v in ledger.data.items() if k not in gone})
+                self._write_ledger(ledger.version, data)
             except LedgerConflictError:
                 continue
-            return len(gone)
-        raise LedgerConflictError("the ledger kept changing; the release will be done by reconciliation")
+            return result
+        raise LedgerConflictError(f"the ledger kept changing; {fallback}")
+
+    # --- the queue (the same ConfigMap: one compare-and-swap covers bookings and queue) ------------
+    def now(self) -> float:
+        return self.clock()
+
+    def enqueue(self, owner: str, demand: Demand, profile: str, pool: str = "default",
+                expected_runtime_s: float | None = None) -> QueueEntry:
+        """Queue ``owner``'s demand; an entry an earlier try of the owner left waiting leaves the queue. An
+        owner that still holds a live booking (a restarted worker re-attaching to its pod) gets an entry
+        already booked with it, as :meth:`write_entry` hands the booking back."""
+        now = self.clock()
+        entry = QueueEntry(uuid.uuid4().hex, owner, demand, profile, pool, now, now + self.options.lease_s, expected_runtime_s)
+
+        def queued(ledger: _LedgerRead) -> tuple[dict[str, str], QueueEntry]:
+            data = _without_stale_entries(ledger, now)
+            for entry_id, other in ledger.queue.items():
+                if other.owner == owner and other.status(now) == "waiting":
+                    data.pop(QUEUE_PREFIX + entry_id, None)
+            held = next((e for e in ledger.entries.values() if e.owner == owner), None)
+            mine = entry if held is None else replace(
+                entry, reservation_id=held.reservation_id, reason=f"its earlier try's booking {held.reservation_id} is kept")
+            data[QUEUE_PREFIX + mine.entry_id] = mine.to_json()
+            size = sum(len(k) + len(v.encode()) for k, v in data.items())
+            if size > _QUEUE_FULL_BYTES:
+                raise NoPlacementError(
+                    f"job {demand.job_id} not queued: the ledger ConfigMap {self.options.namespace}/{self.options.ledger_name} "
+                    f"would hold {size:,} bytes with {len(ledger.queue) + 1} queue entries, over the {_QUEUE_FULL_BYTES:,} "
+                    f"kept for the queue of the API server's 1 MiB per object; retry when fewer tasks wait")
+            return data, mine
+
+        return self._update(queued, "the task could not be queued")
+
+    def queue(self) -> tuple[str, list[QueueEntry]]:
+        """The ledger's resourceVersion and the entries waiting now, oldest first."""
+        ledger = self._read_ledger()
+        return ledger.version, _waiting(ledger, self.clock())
+
+    def queue_entry(self, entry_id: str) -> QueueEntry | None:
+        return self._read_ledger().queue.get(entry_id)
+
+    def book_round(self, version: str, round_id: str, bookings: list[RoundBooking], held: dict[str, str],
+                   skips: dict[str, int]) -> list[Reservation]:
+        """Book every entry a round chose and note why the others wait, in one PUT at ``version``: a 409
+        (LedgerConflictError) means someone wrote since, and the round decides again."""
+        ledger, now = self._read_ledger(), self.clock()
+        if ledger.version != version:
+            raise LedgerConflictError(f"ledger at resourceVersion {ledger.version}, round decided at {version}")
+        data, written = dict(ledger.data), []
+        for chosen in bookings:
+            queued = ledger.queue[chosen.entry_id]
+            booked = LedgerEntry(uuid.uuid4().hex, queued.demand.job_id, queued.owner, now, now + self.options.lease_s,
+                                 now + self.options.pending_deadline_s, chosen.bookings)
+            data[booked.reservation_id] = booked.to_json()
+            data[QUEUE_PREFIX + chosen.entry_id] = replace(queued, reservation_id=booked.reservation_id, round=round_id,
+                                                           reason=chosen.note.reason[:_REASON_CHARS]).to_json()
+            written.append(booked)
+        for entry_id, reason in held.items():
+            data[QUEUE_PREFIX + entry_id] = replace(ledger.queue[entry_id], reason=reason[:_REASON_CHARS],
+                                                    skips=skips.get(entry_id, 0)).to_json()
+        self._write_ledger(version, data)
+        self._written.update({e.reservation_id: e for e in written})
+        return [e.reservation for e in written]
+
+    def reservation(self, reservation_id: str) -> Reservation | None:
+        entry = self._read_ledger().entries.get(reservation_id)
+        return None if entry is None else entry.reservation
+
+    def waits(self, window_s: float) -> dict[str, list[float]]:
+        """Seconds each pool's entries queued in the last ``window_s`` waited: until booked, or until now
+        for those still waiting (entries that gave up are left out)."""
+        ledger, now = self._read_ledger(), self.clock()
+        since, waits = now - window_s, {}
+        spans = [(pool, enqueued, booked) for pool, enqueued, booked in ledger.waits]
+        for entry in ledger.queue.values():
+            booking = ledger.entries.get(entry.reservation_id or "")
+            if entry.reservation_id is not None and booking is not None:
+                spans.append((entry.pool, entry.enqueued_at, booking.created_at))
+            elif entry.status(now) == "waiting":
+                spans.append((entry.pool, entry.enqueued_at, now))
+        for pool, enqueued, booked in spans:
+            if enqueued > since:
+                waits.setdefault(pool, []).append(booked - enqueued)
+        return waits
+
+    def renew_entry(self, entry_id: str) -> bool:
+        """Keep a waiting entry alive; False if it was booked, left or had expired."""
+        now = self.clock()
+
+        def renewed(ledger: _LedgerRead) -> tuple[dict[str, str] | None, bool]:
+            entry = ledger.queue.get(entry_id)
+            if entry is None or entry.status(now) != "waiting":
+                return None, False
+            return {**ledger.data, QUEUE_PREFIX + entry_id: replace(entry, lease_expires_at=now + self.options.lease_s).to_json()}, True
+
+        return self._update(renewed, "the entry's lease was not renewed")
+
+    def take(self, entry_id: str) -> None:
+        """The entry's task has its booking: it leaves the queue, and its wait is kept for the credit
+        policy over the last hour (idempotent)."""
+        now = self.clock()
+
+        def taken(ledger: _LedgerRead) -> tuple[dict[str, str] | None, None]:
+            entry = ledger.queue.get(entry_id)
+            if entry is None:
+                return None, None
+            data = _without_stale_entries(ledger, now)
+            data.pop(QUEUE_PREFIX + entry_id, None)
+            booking = ledger.entries.get(entry.reservation_id or "")
+            waits = [w for w in ledger.waits if w[1] > now - CREDIT_WINDOW_S]
+            if booking is not None:
+                waits.append((entry.pool, entry.enqueued_at, booking.created_at))
+            data[WAITS_KEY] = json.dumps(waits, separators=(",", ":"))
+            return data, None
+
+        self._update(taken, "the entry expires with its lease")
+
+    def leave(self, entry_id: str, reason: str) -> bool:
+        """The entry's task gives up: it leaves the queue, and a booking a round made for it that it never
+        took is released. True if this call changed anything."""
+        def left(ledger: _LedgerRead) -> tuple[dict[str, str] | None, bool]:
+            entry = ledger.queue.get(entry_id)
+            if entry is None:
+                return None, False
+            log.info("queue entry %s of %s leaves: %s", entry_id, entry.owner, reason)
+            gone = {QUEUE_PREFIX + entry_id, entry.reservation_id or ""}
+            return {k: v for k, v in ledger.data.items() if k not in gone}, True
+
+        return self._update(left, "the entry expires with its lease")
 
     def active(self) -> dict[str, LedgerEntry]:
         """The reservations in the ledger now (no reconciliation)."""

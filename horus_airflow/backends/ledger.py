@@ -15,7 +15,7 @@ import sqlite3
 import uuid
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from horus_airflow.errors import LedgerConflictError
@@ -155,6 +155,15 @@ class QueueEntry:
     reservation_id: str | None = None
     round: str | None = None
     left_at: float | None = None
+
+    def to_json(self) -> str:
+        """The entry as a ledger that keeps JSON stores it (the Kubernetes backend's ConfigMap)."""
+        return json.dumps({**asdict(self), "demand": self.demand.to_dict()}, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> QueueEntry:
+        raw = json.loads(text)
+        return cls(**{**raw, "demand": Demand.from_dict(raw["demand"])})
 
     def waiting(self, now: float) -> Waiting:
         """The entry as the queue policies see it."""

@@ -207,8 +207,8 @@ class KubernetesSource:
         return next((r for r in self._rows() if r.reservation_id == reservation_id), None)
 
     def queue(self) -> tuple[list[QueueRow], str | None]:
-        return [], ("The Kubernetes backend keeps no queue yet: its tasks wait for GPUs in their workers "
-                    "(docs/SCHEDULER.md).")
+        now = self.clock()
+        return [QueueRow(i + 1, entry, now) for i, entry in enumerate(self._view().queue)], None
 
     def _rows(self) -> list[DecisionRow]:
         """Placements whose pods still exist (finished pods are deleted by default; their decisions stay
