@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Iterator
 
@@ -330,3 +331,47 @@ def test_a_pods_profiling_run_gets_its_dcgm_telemetry_and_becomes_training_data(
     assert run.data.tags["horus.gpu_measured"] == "true"
     extracted = extract([run])
     assert list(extracted.predictor_rows["origin_ref"]) == [run.info.run_id]
+
+
+@pytest.mark.airflow
+def test_a_deferrable_pod_task_waits_in_the_triggerer_until_a_round_books_it(
+        airflow_db: Path, cluster: FakeKubeApi, caplog: pytest.LogCaptureFixture) -> None:
+    """Every GPU is held when the task starts: it queues in the ledger ConfigMap and defers to the
+    BookingTrigger (dag.test() runs triggers in line); 3 s after it queued the holders are released, a
+    round books it, and the pod runs on the booked GPU and releases it."""
+    import threading
+    import time
+
+    from horus_airflow.backends import acquire
+    from horus_airflow.backends.kubernetes import KubernetesBackend, KubernetesOptions, api_from_kubeconfig
+    from horus_airflow.placement import load_profile
+    from horus_airflow.predictor import Demand, GpuDemand
+
+    backend = KubernetesBackend(api_from_kubeconfig(os.environ["HORUS_TEST_KUBECONFIG"]), KubernetesOptions(namespace="horus"))
+    held = [acquire(backend, Demand(f"holder{i}", 1, {"a100-80gb": GpuDemand(100, 100, 75_000)}), load_profile("exclusive"),
+                    f"other/hold/{i}", 0) for i in range(4)]
+    stop, queued_at = threading.Event(), []
+
+    def release_once_queued() -> None:
+        while not stop.is_set() and not any(e.owner.startswith("horus_test_k8s_deferrable/train_bert/") for e in backend.queue()[1]):
+            time.sleep(0.2)
+        queued_at.append(time.time())
+        stop.wait(3.0)
+        for acquired in held:
+            backend.release(acquired.reservation)
+
+    releaser = threading.Thread(target=release_once_queued)
+    releaser.start()
+    try:
+        _dag, dag_run = _run("horus_test_k8s_deferrable", caplog)
+    finally:
+        stop.set()
+        releaser.join()
+    assert str(dag_run.state) == "success", [(ti.task_id, ti.state) for ti in dag_run.get_task_instances()]
+    assert any(r.getMessage().startswith("queued as ") for r in caplog.records)
+    assert any(r.name == "horus_airflow.triggers.booking" for r in caplog.records)  # it waited in the trigger
+    [(pool, enqueued, booked)] = json.loads(cluster.configmap("horus", "horus-ledger")["data"][WAITS_KEY])
+    assert pool == "horus_test_k8s_deferrable" and booked - enqueued >= 2.5 and queued_at
+    placement = _xcom(dag_run, "train_bert", "horus_placement")
+    assert placement["gpu_ids"] and placement["gpu_ids"][0] in {g for a in held for g in a.decision.gpu_ids}
+    assert _held(cluster) == []  # the holders and the task released, nothing left queued

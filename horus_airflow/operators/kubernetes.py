@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import time
+import uuid
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
@@ -19,13 +21,12 @@ from horus_airflow.backends.binding import BINDINGS
 from horus_airflow.errors import (
     BindingError,
     HorusError,
-    InvalidJobError,
-    InventoryError,
     KubernetesConfigError,
-    ProfileError,
+    NoPlacementError,
 )
 from horus_airflow.jobs import JobSpec
 from horus_airflow.operators.checks import check_job, check_placement_timeout, check_profile
+from horus_airflow.operators.failures import as_airflow_errors
 from horus_airflow.operators.owner import task_owner
 from horus_airflow.settings import Settings
 from horus_airflow.run_schema import Tag
@@ -103,6 +104,60 @@ class HorusKubernetesPodOperator(KubernetesPodOperator):
         self.placement_timeout = placement_timeout
         self.dry_run_state = dry_run_state
         self._owner: str | None = None
+        self._booked: tuple[Demand, Acquired] | None = None  # what a queued wait booked, for build_pod_request_obj
+
+    # --- waiting in the queue ----------------------------------------------------------------------
+    def execute(self, context: Context) -> Any:
+        """With ``deferrable=True`` the task first queues its demand and, unless the first round books
+        it, waits in the triggerer (:class:`~horus_airflow.triggers.BookingTrigger`) holding no worker
+        slot; then the pod runs as ``KubernetesPodOperator`` runs it, deferred too."""
+        if self.deferrable and self._booked is None:
+            self._queue_or_defer(context)
+        return super().execute(context)
+
+    def _queue_or_defer(self, context: Context) -> None:
+        from horus_airflow.triggers import BookingTrigger
+
+        self._owner = task_owner(context["ti"])
+        with as_airflow_errors():
+            backend = self._backend
+            first = self._gpu_snapshot(backend)
+            service = self._service(backend)
+            demand = service.plan(self._job_spec(), f"{self.task_id}-{uuid.uuid4().hex[:8]}", [g.gpu_type for g in first.gpus]).demand
+            entry = service.enqueue(demand, self._owner)
+            seen = service.look(entry.entry_id)
+            if seen.status == "booked":
+                self._booked = (demand, service.take(seen))
+                return
+            if seen.status != "waiting":
+                raise NoPlacementError(f"job {demand.job_id} left the queue ({seen.status}): {seen.entry.reason if seen.entry else ''}")
+        log.info("queued as %s: %s; deferring", entry.entry_id, (seen.entry.reason if seen.entry else "") or "waiting for the next round")
+        self.defer(trigger=BookingTrigger(entry.entry_id, time.time() + self.placement_timeout, kubernetes=self._trigger_options()),
+                   method_name="execute_queued")
+
+    def execute_queued(self, context: Context, event: dict[str, Any]) -> Any:
+        """Resumed by the trigger: take the booking a round made and run the pod on it, or fail with why
+        the task was not placed."""
+        from horus_airflow.backends.scheduler import booked_acquisition
+
+        if event.get("status") != "booked":
+            raise AirflowException(f"not placed: queue entry {event.get('entry_id')} {event.get('status')}: {event.get('reason')}")
+        self._owner = task_owner(context["ti"])
+        with as_airflow_errors():
+            backend = self._backend
+            entry = backend.queue_entry(event["entry_id"])
+            if entry is None or entry.status(backend.now()) != "booked":
+                raise NoPlacementError(f"queue entry {event['entry_id']} is no longer booked: {entry.reason if entry else 'gone'}")
+            backend.take(entry.entry_id)
+            self._booked = (entry.demand, booked_acquisition(backend, entry, None, 0, float(event.get("waited_s", 0.0))))
+        return super().execute(context)
+
+    def _trigger_options(self) -> dict[str, Any]:
+        """How the trigger reaches the same API server and ledger as this task."""
+        options = self._backend.options
+        return {"conn_id": self.kubernetes_conn_id, "in_cluster": self.in_cluster, "config_file": self.config_file,
+                "cluster_context": self.cluster_context, "namespace": options.namespace, "lease_s": options.lease_s,
+                "pending_deadline_s": options.pending_deadline_s}
 
     # --- placement -------------------------------------------------------------------------------
     def build_pod_request_obj(self, context: Context | None = None, *, dry_run: bool = False) -> k8s.V1Pod:
@@ -110,17 +165,13 @@ class HorusKubernetesPodOperator(KubernetesPodOperator):
             pod = super().build_pod_request_obj(context, dry_run=dry_run)
         except ConfigException as exc:
             raise AirflowFailException(str(self._config_error(exc))) from None
-        try:
+        with as_airflow_errors():
             spec = self._job_spec()
             if dry_run:
                 return self._place_dry(pod, spec)
             if context is None:
                 raise AirflowException("Horus places a pod only inside a task run or a dry run")
             return self._place(pod, spec, context)
-        except (InvalidJobError, InventoryError, BindingError, KubernetesConfigError, ProfileError) as exc:
-            raise AirflowFailException(str(exc)) from exc
-        except HorusError as exc:
-            raise AirflowException(str(exc)) from exc
 
     def _job_spec(self) -> JobSpec:
         return JobSpec(
@@ -164,15 +215,13 @@ class HorusKubernetesPodOperator(KubernetesPodOperator):
         ti = context["ti"]
         self._owner = task_owner(ti)
         backend = self._backend
-        first = backend.snapshot()
-        if not first.gpus:
-            raise AirflowException(
-                "no GPU nodes found: Horus reads nodes labelled nvidia.com/gpu.product, nvidia.com/gpu.count and "
-                "nvidia.com/gpu.memory by NVIDIA GPU feature discovery (docs/KUBERNETES.md)"
-            )
         service = self._service(backend)
-        demand = service.plan(spec, pod.metadata.name, [g.gpu_type for g in first.gpus]).demand
-        acquired = service.book(demand, self._owner, self.placement_timeout, state=first)
+        if self._booked is not None:  # booked while queued (deferrable): placed already
+            (demand, acquired), self._booked = self._booked, None
+        else:
+            first = self._gpu_snapshot(backend)
+            demand = service.plan(spec, pod.metadata.name, [g.gpu_type for g in first.gpus]).demand
+            acquired = service.book(demand, self._owner, self.placement_timeout, state=first)
         try:
             entry = backend.entry_of(acquired.reservation)
             placed = self._placed_gpus(entry, acquired.state)
@@ -191,6 +240,16 @@ class HorusKubernetesPodOperator(KubernetesPodOperator):
             raise
         log.info("placed %s on %s (%s binding): %s", pod.metadata.name, ",".join(g.gpu_id for g in placed), self.binding, acquired.decision.reason)
         return pod
+
+    @staticmethod
+    def _gpu_snapshot(backend: KubernetesBackend) -> ClusterState:
+        state = backend.snapshot()
+        if not state.gpus:
+            raise AirflowException(
+                "no GPU nodes found: Horus reads nodes labelled nvidia.com/gpu.product, nvidia.com/gpu.count and "
+                "nvidia.com/gpu.memory by NVIDIA GPU feature discovery (docs/KUBERNETES.md)"
+            )
+        return state
 
     @staticmethod
     def _placed_gpus(entry: LedgerEntry, state: ClusterState) -> list[GpuState]:

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator, Context, conf
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk.exceptions import AirflowException
 
-from horus_airflow.errors import HorusError, InvalidJobError, InventoryError, ProfileError
 from horus_airflow.operators.checks import check_job, check_placement_timeout, check_profile, command_argv
+from horus_airflow.operators.failures import as_airflow_errors
 from horus_airflow.operators.owner import task_owner
 from horus_airflow.settings import Settings
 
@@ -99,7 +98,7 @@ class HorusTrainingOperator(BaseOperator):
 
         ti = context["ti"]
         settings = Settings.from_env()
-        with _as_airflow_errors():
+        with as_airflow_errors():
             spec = self._spec()
             if not self.deferrable:
                 outcome = run_job(spec, settings, owner=task_owner(ti), profile_name=self.profile,
@@ -127,7 +126,7 @@ class HorusTrainingOperator(BaseOperator):
         if event.get("status") != "booked":
             raise AirflowException(f"not placed: queue entry {event.get('entry_id')} {event.get('status')}: {event.get('reason')}")
         ti = context["ti"]
-        with _as_airflow_errors():
+        with as_airflow_errors():
             outcome = resume_job(self._spec(), Settings.from_env(), event["entry_id"], task_owner(ti),
                                  float(event.get("waited_s", 0.0)), _tags(ti), self._remember)
         return self._finished(outcome)
@@ -161,15 +160,3 @@ class HorusTrainingOperator(BaseOperator):
 def _tags(ti: Any) -> dict[str, str]:
     return {"airflow.dag_id": ti.dag_id, "airflow.task_id": ti.task_id, "airflow.run_id": ti.run_id,
             "airflow.try_number": str(ti.try_number)}
-
-
-@contextmanager
-def _as_airflow_errors() -> Iterator[None]:
-    """Bad input fails the task without retries (retrying cannot fix it), with the message that says
-    what is accepted; any other Horus error fails this try."""
-    try:
-        yield
-    except (InvalidJobError, InventoryError, ProfileError) as exc:
-        raise AirflowFailException(str(exc)) from exc
-    except HorusError as exc:
-        raise AirflowException(str(exc)) from exc

@@ -35,20 +35,24 @@ class BookingTrigger(BaseTrigger):
     :param deadline: wall-clock time (epoch seconds) after which the task stops waiting.
     :param environment: the task's Horus settings (``HORUS_HOME`` and the rest), so a triggerer started
         with other variables reads the same ledger; default: this process's.
-    :param poll_s: seconds between looks."""
+    :param poll_s: seconds between looks.
+    :param kubernetes: for a queue in the Kubernetes ledger: how the pod operator reaches the API server
+        (``conn_id``, ``in_cluster``, ``config_file``, ``cluster_context``, as its ``KubernetesHook``) and
+        the ledger's options (``namespace``, ``lease_s``, ``pending_deadline_s``); none: the local ledger."""
 
     def __init__(self, entry_id: str, deadline: float, environment: dict[str, str] | None = None,
-                 poll_s: float = 2.0) -> None:
+                 poll_s: float = 2.0, kubernetes: dict[str, Any] | None = None) -> None:
         super().__init__()
         self.entry_id = entry_id
         self.deadline = deadline
         self.environment = environment if environment is not None else {k: os.environ[k] for k in _CARRIED if k in os.environ}
         self.poll_s = poll_s
+        self.kubernetes = kubernetes
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return ("horus_airflow.triggers.booking.BookingTrigger",
                 {"entry_id": self.entry_id, "deadline": self.deadline, "environment": self.environment,
-                 "poll_s": self.poll_s})
+                 "poll_s": self.poll_s, "kubernetes": self.kubernetes})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         started = time.time()
@@ -71,7 +75,17 @@ class BookingTrigger(BaseTrigger):
         from horus_airflow.settings import Settings
 
         settings = Settings.from_env({**os.environ, **self.environment})
-        return PlacementService(settings, None, LocalBackend(settings))
+        if self.kubernetes is None:
+            return PlacementService(settings, None, LocalBackend(settings))
+        from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+
+        from horus_airflow.backends.kubernetes import KubernetesBackend, KubernetesOptions
+
+        k = self.kubernetes
+        hook = KubernetesHook(conn_id=k["conn_id"], in_cluster=k["in_cluster"], config_file=k["config_file"],
+                              cluster_context=k["cluster_context"])
+        options = KubernetesOptions(namespace=k["namespace"], lease_s=k["lease_s"], pending_deadline_s=k["pending_deadline_s"])
+        return PlacementService(settings, None, KubernetesBackend(hook.core_v1_client, options))
 
     def _look(self) -> dict[str, Any] | None:
         service = self._service
