@@ -14,7 +14,7 @@ import pytest
 
 from horus_airflow.backends import LocalBackend
 from horus_airflow.backends.ledger import Booking, DecisionNote, RoundBooking
-from horus_airflow.backends.scheduler import QueueingBackend, run_round, wait_in_queue
+from horus_airflow.backends.scheduler import QueueingBackend, enqueue_demand, run_round, wait_in_queue
 from horus_airflow.errors import LedgerConflictError, NoPlacementError
 from horus_airflow.placement import ClusterState, GpuState, Resident, Waiting, load_profile, schedule
 from horus_airflow.placement.rounds import scheduling_round
@@ -310,3 +310,19 @@ def test_a_round_writes_only_the_reasons_it_changed_and_an_entry_it_did_not_reac
     again = run_round(backend)
     assert again.booked == () and writes == []  # the same reasons as the last round: nothing written
     assert {e.entry_id: (e.reason, e.skips) for e in backend.queue()[1]} == reasons
+
+
+def test_an_entry_queued_with_a_profile_file_is_placed_by_it_in_a_round_run_elsewhere(backend: LocalBackend, tmp_path: Path) -> None:
+    """The triggerer (or another worker) runs the round: it loads the entry's profile from what the entry
+    keeps, the file's path, not the name written inside the file, which no other process could find."""
+    path = tmp_path / "whole-gpus.yaml"
+    path.write_text((Path(__file__).parents[1] / "horus_airflow" / "placement" / "profiles" / "exclusive.yaml").read_text()
+                    .replace("name: exclusive", "name: whole-gpus"))
+    profile = load_profile(str(path))
+    assert profile.name == "whole-gpus" and profile.reference == str(path.resolve())
+    entry = enqueue_demand(backend, _demand("a", 40), profile, "d/a/r/-1")
+    assert entry.profile == str(path.resolve())
+    outcome = run_round(LocalBackend(backend.settings))  # another process: loads profiles by what the entries keep
+    assert [e.entry_id for e, _, _ in outcome.booked] == [entry.entry_id]
+    assert outcome.booked[0][2].profile == "whole-gpus" and backend.queue_entry(entry.entry_id).status(backend.now()) == "booked"
+    assert load_profile("exclusive").reference == "exclusive"

@@ -230,7 +230,7 @@ def enqueue_demand(
 ) -> QueueEntry:
     """Queue the demand; one no idle GPU could take is refused first (it would wait forever)."""
     refuse_unplaceable(demand, state if state is not None else backend.snapshot(), profile, interference)
-    return backend.enqueue(owner, demand, profile.name, pool, expected_runtime_s)
+    return backend.enqueue(owner, demand, profile.reference, pool, expected_runtime_s)
 
 
 @dataclass(frozen=True)
@@ -332,4 +332,4 @@ def booked_acquisition(backend: QueueingBackend, entry: QueueEntry, outcome: Rou
 
 
 def _own_profile(profile: Profile, name: str) -> Profile:
-    return profile if name == profile.name else _named_profile(name)
+    return profile if name == profile.reference else _named_profile(name)

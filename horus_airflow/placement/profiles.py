@@ -4,7 +4,7 @@ rather than code paths. Users can write their own file in the same shape (docs/P
 from __future__ import annotations
 
 import typing
-from dataclasses import MISSING, dataclass, field, fields, is_dataclass
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -51,26 +51,33 @@ class Profile:
     gang: Weighted[GangPlugin] | None = None
     queue: QueuePolicy = field(default_factory=Fifo)
     score_top: int = 64
+    source: str = ""  # what load_profile was given (a built-in name, a YAML file's absolute path); "": the name
+
+    @property
+    def reference(self) -> str:
+        """How another process loads this profile again: a queued entry keeps it, so that a round run in
+        the triggerer or another worker places the entry with the profile the task asked for."""
+        return self.source or self.name
 
 
 def load_profile(name_or_path: str) -> Profile:
     """A built-in profile by name, or a YAML file of the same shape by path."""
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") and path.is_file():
-        text = path.read_text()
+        text, source = path.read_text(), str(path.resolve())
     else:
         if path.suffix in (".yaml", ".yml"):
             raise ProfileError(f"profile file {name_or_path!r} does not exist; give a built-in profile "
                                f"({', '.join(builtin_profiles())}) or a path to a .yaml profile")
         require_profile(name_or_path)
-        text = resources.files("horus_airflow.placement").joinpath("profiles", f"{name_or_path}.yaml").read_text()
+        text, source = resources.files("horus_airflow.placement").joinpath("profiles", f"{name_or_path}.yaml").read_text(), name_or_path
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
         raise ProfileError(f"profile {name_or_path!r} is not valid YAML{at}: {getattr(exc, 'problem', None) or type(exc).__name__}") from None
-    return parse_profile(raw)
+    return replace(parse_profile(raw), source=source)
 
 
 _PROFILE_KEYS = ("name", "description", "filters", "scores", "queue", "score_top")

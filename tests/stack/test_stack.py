@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import signal
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -17,14 +18,21 @@ import time
 import urllib.parse
 from collections import defaultdict
 from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
 import yaml
 from mlflow.entities import Run
 
-from horus_airflow.backends.ledger import LedgerReader
-from horus_airflow.placement import load_profile
+from horus_airflow.backends.ledger import JournalEntry, LedgerReader
+from horus_airflow.backends.local import parse_inventory
+from horus_airflow.backends.scheduler import ROUND_BOOKINGS
+from horus_airflow.placement import Profile, load_profile
+from horus_airflow.placement.queue import Waiting
+from horus_airflow.placement.rounds import scheduling_round
+from horus_airflow.placement.state import ClusterState, Resident
+from horus_airflow.predictor.demand import Demand
 from horus_airflow.registry import load_predictor
 from horus_airflow.run_schema import Tag
 from horus_airflow.registry.profiling import profiling_runs
@@ -53,7 +61,7 @@ def stack() -> Iterator[LocalStack]:
     root = Path(tempfile.mkdtemp(prefix="horus-stack-"))
     dags = root / "dags"
     dags.mkdir()
-    for dag in [*(REPO / "dags").glob("*.py"), *(Path(__file__).parent / "dags").glob("*.py")]:
+    for dag in [*(REPO / "dags").glob("*.py"), *(Path(__file__).parent / "dags").glob("*.py"), *(Path(__file__).parent / "dags").glob("*.yaml")]:
         shutil.copy(dag, dags / dag.name)
     running = LocalStack(root / "services", dags_folder=dags)
     try:
@@ -213,6 +221,140 @@ def test_fifty_tasks_at_once_never_over_commit_and_leave_nothing_behind(stack: L
     print(f"\n50 placements in {span:.1f} s ({50 / max(span, 1e-9):.2f} per second), {conflicts} ledger conflicts re-decided, "
           f"placement latency median {statistics.median(latencies):.3f} s, p95 {latencies[47]:.3f} s, peak {peak} tasks on one GPU")
 
+
+
+def _tree(pid: int) -> list[int]:
+    """A process and every descendant of it."""
+    children: dict[int, list[int]] = defaultdict(list)
+    for process in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            children[parent_of(int(process.name))].append(int(process.name))
+    found, todo = [], [pid]
+    while todo:
+        found.append(todo.pop())
+        todo += children.get(found[-1], [])
+    return found
+
+
+@dataclass(frozen=True)
+class _Queued:
+    """A queue row of the run, with when a round booked it."""
+
+    entry_id: str
+    owner: str
+    demand: Demand
+    enqueued_at: float
+    expected_runtime_s: float | None
+    round: str
+    booked_at: float
+    skips: int
+
+
+def _replay_rounds(queued: list[_Queued], journal: list[JournalEntry], profile: Profile, gpus: str) -> tuple[int, list[str]]:
+    """Every live round again, offline: the queue and the GPUs as they stood when the round booked (the
+    ledger's compare-and-swap makes that what it read), fed to the simulator's ``scheduling_round``; skips
+    carried from round to round as the replay counts them. Returns the rounds and their disagreements."""
+    inventory = parse_inventory(gpus)
+    position = {gpu.gpu_id: i for i, gpu in enumerate(inventory)}
+    rounds: dict[str, list[_Queued]] = defaultdict(list)
+    for q in queued:
+        rounds[q.round].append(q)
+    skips = {q.demand.job_id: 0 for q in queued}
+    disagreements = []
+    for round_id, booked in sorted(rounds.items(), key=lambda item: item[1][0].booked_at):
+        at = booked[0].booked_at
+        residents: dict[int, list[Resident]] = defaultdict(list)
+        for e in journal:
+            if e.created_at < at and (e.released_at is None or e.released_at > at):
+                for b in e.bookings:
+                    residents[position[b.gpu_id]].append(Resident(e.job_id, b.util, b.util_p90, b.mem_mib, b.signature))
+        state = ClusterState(tuple(replace(gpu, residents=tuple(residents[i])) for i, gpu in enumerate(inventory)))
+        waiting = [Waiting(q.demand, q.enqueued_at, at - q.enqueued_at, skips[q.demand.job_id], q.expected_runtime_s, "horus_stack_queue")
+                   for q in sorted(queued, key=lambda q: q.enqueued_at) if q.enqueued_at < at <= q.booked_at]
+        result = scheduling_round(waiting, state, profile, limit=ROUND_BOOKINGS)
+        replayed = {c.job.demand.job_id for c in result.chosen}
+        live = {q.demand.job_id for q in booked}
+        if replayed != live:
+            disagreements.append(f"round {round_id} at {at:.2f}: live booked {sorted(live)}, schedule() chose {sorted(replayed)}")
+        skips.update({h.job.demand.job_id: h.job.skips for h in result.held})
+    return len(rounds), disagreements
+
+
+@pytest.mark.timeout(1800)
+def test_sixty_deferrable_tasks_wait_in_the_triggerer_in_the_policys_order_through_a_triggerer_restart(stack: LocalStack) -> None:
+    """60 tasks on 4 GPUs, one in ten a gang of all four: while queued they hold no worker slot (deferred to
+    the triggerer); the triggerer is killed with tasks queued and a new one started; no GPU is ever
+    booked twice; every gang is booked within its bound; every round booked what the simulator's
+    ``scheduling_round`` chooses for the same queue and GPUs."""
+    dag_id = "horus_stack_queue"
+    run_id = stack.start_run(dag_id)
+    prefix = f"{dag_id}/train/{run_id}/"
+    ledger = LedgerReader(stack.horus_home / "ledger.sqlite")
+    quoted = urllib.parse.quote(run_id, safe="")
+    waiting_samples, running_while_waiting, most_deferred, deferred_at_kill = 0, 0, 0, 0
+    killed_at: float | None = None
+    restarted = False
+    deadline = time.monotonic() + 1500
+    while stack.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{quoted}")["state"] not in ("success", "failed"):
+        assert time.monotonic() < deadline, stack.log_tail("airflow")
+        waiting = [e.owner for e in ledger.queue(time.time()) if e.owner.startswith(prefix)]
+        states = stack.task_states(dag_id, run_id)
+        deferred = list(states.values()).count("deferred")
+        most_deferred = max(most_deferred, deferred)
+        waiting_samples += len(waiting)
+        running_while_waiting += sum(states.get(f"train[{owner.rsplit('/', 1)[1]}]") == "running" for owner in waiting)
+        if killed_at is None and len(waiting) >= 15 and deferred >= 10:
+            [triggerer] = [pid for pid in processes_running("triggerer") if parent_of(pid) == stack.pids["airflow"]]
+            for pid in _tree(triggerer):  # the triggerer and the process that runs its triggers
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            killed_at, deferred_at_kill = time.monotonic(), deferred
+        if killed_at is not None and not restarted and time.monotonic() - killed_at > 15:
+            env = {**stack.env(), "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
+                   "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "10"}  # take the dead one's triggers soon
+            stack._spawn("triggerer", [str(Path(sys.executable).parent / "airflow"), "triggerer"], env=env)
+            restarted = True
+        time.sleep(1.0)
+    states = stack.task_states(dag_id, run_id)
+    assert len(states) == 60 and set(states.values()) == {"success"}, (states, stack.log_tail("airflow"))
+    assert restarted and deferred_at_kill >= 10
+
+    # no worker slot while queued: a waiting task is deferred, but in the instant between queuing and deferring
+    assert most_deferred >= 20 and waiting_samples > 0
+    assert running_while_waiting <= 0.1 * waiting_samples, (running_while_waiting, waiting_samples)
+
+    journal = [e for e in ledger.journal(10_000) if e.owner.startswith(prefix)]
+    assert len(journal) == 60 and all(e.status(now=9e12) == "released" for e in journal)
+    per_gpu: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for e in journal:
+        for b in e.bookings:
+            per_gpu[b.gpu_id].append((e.created_at, e.released_at or 9e12))
+    for spans in per_gpu.values():  # whole GPUs: one booking at a time on each
+        spans.sort()
+        assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:])), spans
+    assert sorted(len(e.bookings) for e in journal) == [1] * 54 + [4] * 6
+
+    booked_at = {e.reservation_id: e.created_at for e in journal}
+    with contextlib.closing(sqlite3.connect(stack.horus_home / "ledger.sqlite")) as conn:
+        rows = conn.execute("SELECT entry_id, owner, demand, enqueued_at, expected_runtime_s, round, reservation_id, skips, left_at "
+                            "FROM queue WHERE owner LIKE ?", (prefix + "%",)).fetchall()
+    queued = [_Queued(r[0], r[1], Demand.from_dict(json.loads(r[2])), r[3], r[4], r[5], booked_at[r[6]], r[7]) for r in rows
+              if r[6] is not None and r[8] is not None]
+    assert len(rows) == len(queued) == 60  # every task queued, was booked and took its booking: none left or expired
+    profile = load_profile(str(Path(__file__).parent / "dags" / "horus_stack_queue.yaml"))
+    bound = profile.queue.max_skips
+    gangs = [q for q in queued if q.demand.gpus == 4]
+    for gang in gangs:  # overtaken at most `bound` times before its round, by the ledger's times and by its count
+        overtaken = sum(q.enqueued_at > gang.enqueued_at and q.booked_at < gang.booked_at for q in queued)
+        assert overtaken <= bound and gang.skips <= bound, (gang.owner, overtaken, gang.skips)
+    rounds, disagreements = _replay_rounds(queued, journal, profile, stack.env()["HORUS_LOCAL_GPUS"])
+    assert disagreements == [], disagreements
+    waits = sorted(q.booked_at - q.enqueued_at for q in queued)
+    print(f"\n60 deferrable tasks on 4 GPUs: {rounds} booking rounds, each the one scheduling_round() replays; "
+          f"peak {most_deferred} tasks deferred, {running_while_waiting} of {waiting_samples} waiting samples running "
+          f"(between queuing and deferring); triggerer killed with {deferred_at_kill} deferred and restarted; wait median "
+          f"{statistics.median(waits):.0f} s, max {waits[-1]:.0f} s; gangs overtaken at most "
+          f"{max(sum(q.enqueued_at > g.enqueued_at and q.booked_at < g.booked_at for q in queued) for g in gangs)} times (bound {bound})")
 
 
 @pytest.mark.parametrize(("service", "stop_signal", "restarted_after"), [
