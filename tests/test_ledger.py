@@ -5,6 +5,8 @@ from __future__ import annotations
 import multiprocessing
 import random
 import sqlite3
+import threading
+import time
 from contextlib import closing
 from pathlib import Path
 
@@ -169,3 +171,24 @@ def test_a_ledger_written_before_change_counts_opens_and_keeps_its_bookings(tmp_
     assert [r.job_id for r in backend.snapshot().gpus[0].residents] == ["old-job"]
     assert backend.ledger.release("r1", now=5)
     assert backend.snapshot().gpus[0].residents == ()
+
+
+def test_a_write_waiting_for_the_lock_is_stamped_when_it_holds_it_so_times_follow_commit_order(tmp_path: Path) -> None:
+    """A round that read the queue and books after an enqueue stamped its time but before it committed
+    would see no conflict, yet the journal would say the entry was queued before the round booked: the
+    ledger reads the clock once it holds the write lock, so its times order writes as they committed."""
+    path = tmp_path / "ledger.sqlite"
+    ledger = SqliteLedger(path)
+    demand = Demand("j", 1, {"a100-80gb": GpuDemand(40, 45, 4_000)})
+    with closing(sqlite3.connect(path, isolation_level=None, timeout=30)) as other:
+        other.execute("BEGIN IMMEDIATE")  # another process's round, booking
+        queued: list[float] = []
+        writer = threading.Thread(target=lambda: queued.append(ledger.enqueue("o", demand, "exclusive", "p", time.time, 60).enqueued_at))
+        writer.start()
+        time.sleep(0.5)
+        committed = time.time()
+        other.execute("COMMIT")
+        writer.join()
+    assert queued[0] >= committed
+    [entry] = ledger.queue(time.time())[1]
+    assert entry.enqueued_at == queued[0]

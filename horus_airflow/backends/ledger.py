@@ -13,7 +13,7 @@ import json
 import math
 import sqlite3
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -22,6 +22,15 @@ from horus_airflow.errors import LedgerConflictError
 from horus_airflow.placement.queue import Waiting
 from horus_airflow.placement.state import Resident, Signature, crashed_pair
 from horus_airflow.predictor.demand import Demand
+
+Now = float | Callable[[], float]
+"""A write's time: a number, or a clock the ledger reads once it holds the write lock, so that the times
+it stamps order its rows as it committed them (a clock read before waiting for the lock could stamp a
+write earlier than one that committed before it)."""
+
+
+def _at(now: Now) -> float:
+    return now() if callable(now) else now
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS ledger_version (id INTEGER PRIMARY KEY CHECK (id = 0), version INTEGER NOT NULL,
@@ -294,23 +303,25 @@ class SqliteLedger:
         return BookedRows(int(version), int(changes), full, tuple(_booked_row(row) for row in rows))
 
     def reserve(
-        self, expected_version: int, job_id: str, owner: str, bookings: list[Booking], now: float, lease_s: float,
+        self, expected_version: int, job_id: str, owner: str, bookings: list[Booking], now: Now, lease_s: float,
         note: DecisionNote | None = None,
     ) -> Reservation:
         """Book every slot or none, journaling ``note`` with them; raise LedgerConflictError if anyone
         wrote since ``expected_version``."""
         with self._write() as conn:
+            now = _at(now)
             _check_version(conn, expected_version)
             reservation = _insert_reservation(conn, job_id, owner, bookings, now, now + lease_s, note)
             conn.execute("UPDATE ledger_version SET version = version + 1")
         return reservation
 
-    def enqueue(self, owner: str, demand: Demand, profile: str, pool: str, now: float, lease_s: float,
+    def enqueue(self, owner: str, demand: Demand, profile: str, pool: str, now: Now, lease_s: float,
                 expected_runtime_s: float | None = None) -> QueueEntry:
         """Queue ``owner``'s demand; an entry an earlier try of the owner left waiting leaves the queue.
         Bumps the version, so a round decided without this entry decides again."""
-        entry = QueueEntry(uuid.uuid4().hex, owner, demand, profile, pool, now, now + lease_s, expected_runtime_s)
         with self._write() as conn:
+            now = _at(now)
+            entry = QueueEntry(uuid.uuid4().hex, owner, demand, profile, pool, now, now + lease_s, expected_runtime_s)
             conn.execute("UPDATE queue SET left_at = ?, reason = 'replaced by a later try' "
                          "WHERE owner = ? AND left_at IS NULL AND reservation_id IS NULL", (now, owner))
             conn.execute(f"INSERT INTO queue (job_id, {_QUEUE_COLUMNS}) VALUES ({', '.join('?' * 14)})",
@@ -336,10 +347,11 @@ class SqliteLedger:
         return _entry(row) if row else None
 
     def book_round(self, expected_version: int, round_id: str, bookings: list[RoundBooking], held: dict[str, str],
-                   skips: dict[str, int], now: float, lease_s: float) -> list[Reservation]:
+                   skips: dict[str, int], now: Now, lease_s: float) -> list[Reservation]:
         """Book every entry a round chose, and note why the others wait, in one compare-and-swap: raise
         LedgerConflictError if anyone wrote since ``expected_version`` (the round is then run again)."""
         with self._write() as conn:
+            now = _at(now)
             _check_version(conn, expected_version)
             reservations = []
             for chosen in bookings:
@@ -378,22 +390,25 @@ class SqliteLedger:
             return None
         return Reservation(reservation_id, rows[0][0], rows[0][1], tuple(r[2] for r in rows), float(rows[0][3]))
 
-    def renew_entry(self, entry_id: str, now: float, lease_s: float) -> bool:
+    def renew_entry(self, entry_id: str, now: Now, lease_s: float) -> bool:
         """Keep a waiting entry alive; False if it was booked, left or had expired."""
         with self._write() as conn:
+            now = _at(now)
             cursor = conn.execute("UPDATE queue SET lease_expires_at = ? WHERE entry_id = ? AND left_at IS NULL "
                                   "AND reservation_id IS NULL AND lease_expires_at > ?", (now + lease_s, entry_id, now))
             return cursor.rowcount > 0
 
-    def take(self, entry_id: str, now: float) -> None:
+    def take(self, entry_id: str, now: Now) -> None:
         """The entry's task has its booking: it leaves the queue (idempotent)."""
         with self._write() as conn:
+            now = _at(now)
             conn.execute("UPDATE queue SET left_at = ? WHERE entry_id = ? AND left_at IS NULL", (now, entry_id))
 
-    def leave(self, entry_id: str, now: float, reason: str) -> bool:
+    def leave(self, entry_id: str, now: Now, reason: str) -> bool:
         """The entry's task gives up (killed, cleared, timed out): it leaves the queue, and a booking a
         round made for it that it never took is released. True if this call changed anything."""
         with self._write() as conn:
+            now = _at(now)
             row = conn.execute("SELECT reservation_id FROM queue WHERE entry_id = ? AND left_at IS NULL",
                                (entry_id,)).fetchone()
             if row is None:
@@ -405,9 +420,10 @@ class SqliteLedger:
             conn.execute("UPDATE ledger_version SET version = version + 1")
             return True
 
-    def renew(self, reservation_id: str, now: float, lease_s: float) -> bool:
+    def renew(self, reservation_id: str, now: Now, lease_s: float) -> bool:
         """Extend a live lease; False if it was released or had already expired."""
         with self._write() as conn:
+            now = _at(now)
             cursor = conn.execute(
                 "UPDATE reservations SET lease_expires_at = ?, changed = ? "
                 "WHERE reservation_id = ? AND released_at IS NULL AND lease_expires_at > ?",
@@ -415,9 +431,10 @@ class SqliteLedger:
             )
             return cursor.rowcount > 0
 
-    def release(self, reservation_id: str, now: float) -> bool:
+    def release(self, reservation_id: str, now: Now) -> bool:
         """Idempotent: True the first time, False when there was nothing left to release."""
         with self._write() as conn:
+            now = _at(now)
             cursor = conn.execute(
                 "UPDATE reservations SET released_at = ?, changed = ? WHERE reservation_id = ? AND released_at IS NULL",
                 (now, _next_change(conn), reservation_id),
@@ -426,9 +443,10 @@ class SqliteLedger:
                 conn.execute("UPDATE ledger_version SET version = version + 1")
             return cursor.rowcount > 0
 
-    def release_owner(self, owner: str, now: float) -> list[str]:
+    def release_owner(self, owner: str, now: Now) -> list[str]:
         """Release every reservation ``owner`` still holds; returns their ids (none: an empty list)."""
         with self._write() as conn:
+            now = _at(now)
             held = [row[0] for row in conn.execute(
                 "SELECT DISTINCT reservation_id FROM reservations WHERE owner = ? AND released_at IS NULL", (owner,))]
             if held:

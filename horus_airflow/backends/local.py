@@ -139,18 +139,18 @@ class LocalBackend:
             bookings.append(Booking(gpu_id, need.util, need.util_p90, need.mem_mib, demand.signature))
         note = DecisionNote(decision.profile, decision.reason, decision.explanation())
         return self.ledger.reserve(
-            decision.state_version, demand.job_id, owner, bookings, self.clock(), self.settings.lease_seconds, note
+            decision.state_version, demand.job_id, owner, bookings, self.clock, self.settings.lease_seconds, note
         )
 
     def renew(self, reservation: Reservation) -> bool:
-        return self.ledger.renew(reservation.reservation_id, self.clock(), self.settings.lease_seconds)
+        return self.ledger.renew(reservation.reservation_id, self.clock, self.settings.lease_seconds)
 
     def now(self) -> float:
         return self.clock()
 
     def enqueue(self, owner: str, demand: Demand, profile: str, pool: str = "default",
                 expected_runtime_s: float | None = None) -> QueueEntry:
-        return self.ledger.enqueue(owner, demand, profile, pool, self.clock(), self.settings.lease_seconds, expected_runtime_s)
+        return self.ledger.enqueue(owner, demand, profile, pool, self.clock, self.settings.lease_seconds, expected_runtime_s)
 
     def queue(self) -> tuple[int, list[QueueEntry]]:
         return self.ledger.queue(self.clock())
@@ -160,7 +160,7 @@ class LocalBackend:
 
     def book_round(self, version: int, round_id: str, bookings: list[RoundBooking], held: dict[str, str],
                    skips: dict[str, int]) -> list[Reservation]:
-        return self.ledger.book_round(version, round_id, bookings, held, skips, self.clock(), self.settings.lease_seconds)
+        return self.ledger.book_round(version, round_id, bookings, held, skips, self.clock, self.settings.lease_seconds)
 
     def reservation(self, reservation_id: str) -> Reservation | None:
         return self.ledger.reservation(reservation_id)
@@ -170,25 +170,25 @@ class LocalBackend:
         return self.ledger.waits(now, now - window_s)
 
     def renew_entry(self, entry_id: str) -> bool:
-        return self.ledger.renew_entry(entry_id, self.clock(), self.settings.lease_seconds)
+        return self.ledger.renew_entry(entry_id, self.clock, self.settings.lease_seconds)
 
     def take(self, entry_id: str) -> None:
-        self.ledger.take(entry_id, self.clock())
+        self.ledger.take(entry_id, self.clock)
 
     def leave(self, entry_id: str, reason: str) -> bool:
-        return self.ledger.leave(entry_id, self.clock(), reason)
+        return self.ledger.leave(entry_id, self.clock, reason)
 
     def release(self, reservation: Reservation) -> bool:
-        return self.ledger.release(reservation.reservation_id, self.clock())
+        return self.ledger.release(reservation.reservation_id, self.clock)
 
     def release_owner(self, owner: str) -> int:
-        return len(self.ledger.release_owner(owner, self.clock()))
+        return len(self.ledger.release_owner(owner, self.clock))
 
     def reclaim(self, owner: str) -> int:
         """Release what an earlier try of ``owner`` still holds. An owner runs one try at a time, so such
         a booking is a dead try's: its job was stopped with its launcher (``horus run --launcher-pid``),
         and waiting for its lease to expire would only hold a free GPU."""
-        released = self.ledger.release_owner(owner, self.clock())
+        released = self.ledger.release_owner(owner, self.clock)
         if released:
             log.warning("released %d reservation(s) of an earlier try of %s: %s", len(released), owner, ", ".join(released))
         return len(released)
