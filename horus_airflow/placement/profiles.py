@@ -51,7 +51,7 @@ class Profile:
     gang: Weighted[GangPlugin] | None = None
     queue: QueuePolicy = field(default_factory=Fifo)
     score_top: int = 64
-    source: str = ""  # what load_profile was given (a built-in name, a YAML file's absolute path); "": the name
+    source: str = ""  # set by load_profile: a built-in name, or a YAML file's absolute path
 
     @property
     def reference(self) -> str:

@@ -261,10 +261,28 @@ class LocalStack:
 
     def _airflow(self) -> None:
         (self.root / "passwords.json").write_text(json.dumps({"admin": self.admin_password}))
-        env = self.env()
-        env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"  # standalone starts `airflow ...` from PATH
-        self._spawn("airflow", [str(Path(sys.executable).parent / "airflow"), "standalone"], env=env)
+        self._spawn("airflow", [str(Path(sys.executable).parent / "airflow"), "standalone"], env=self._airflow_env())
         wait_for(lambda: self.is_up("airflow"), 240, lambda: self.log_tail("airflow"))
+
+    def _airflow_env(self) -> dict[str, str]:
+        """:meth:`env` with this venv first on PATH: Airflow's commands start `airflow ...` from there."""
+        env = self.env()
+        env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+        return env
+
+    def kill_triggerer(self) -> None:
+        """SIGKILL ``airflow standalone``'s triggerer and the process that runs its triggers, leaving the
+        rest of standalone running (it does not restart a triggerer that died)."""
+        [triggerer] = [pid for pid in processes_running("triggerer") if parent_of(pid) == self.pids["airflow"]]
+        for pid in process_tree(triggerer):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+    def start_triggerer(self, health_check_threshold_s: int = 10) -> None:
+        """A triggerer of its own, as a deployment restarts a dead one; it takes over the triggers of one
+        silent for ``health_check_threshold_s`` (Airflow's default: 30 s)."""
+        env = {**self._airflow_env(), "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": str(health_check_threshold_s)}
+        self._spawn("triggerer", [str(Path(sys.executable).parent / "airflow"), "triggerer"], env=env)
 
     def _redis(self) -> None:
         redis = shutil.which("redis-server")
@@ -277,8 +295,7 @@ class LocalStack:
         """Compose's Airflow services, one process each (``airflow standalone`` runs only LocalExecutor),
         and the Celery workers."""
         (self.root / "passwords.json").write_text(json.dumps({"admin": self.admin_password}))
-        env = self.env()
-        env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+        env = self._airflow_env()
         # the cluster policy that sends consecutive tasks to different workers (celery_settings/)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).parent / "celery_settings"), env.get("PYTHONPATH")]))
         airflow = str(Path(sys.executable).parent / "airflow")
@@ -372,6 +389,19 @@ def processes_running(*argv_parts: str) -> dict[int, list[str]]:
 
 def parent_of(pid: int) -> int:
     return int(_stat(Path("/proc") / str(pid))[1])
+
+
+def process_tree(pid: int) -> list[int]:
+    """A process and every descendant of it."""
+    children: dict[int, list[int]] = {}
+    for process in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            children.setdefault(parent_of(int(process.name)), []).append(int(process.name))
+    found, todo = [], [pid]
+    while todo:
+        found.append(todo.pop())
+        todo += children.get(found[-1], [])
+    return found
 
 
 def alive_in_session(sid: int) -> list[int]:

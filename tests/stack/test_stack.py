@@ -18,21 +18,19 @@ import time
 import urllib.parse
 from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
 from mlflow.entities import Run
 
-from horus_airflow.backends.ledger import JournalEntry, LedgerReader
+from horus_airflow.backends.ledger import JournalEntry, LedgerReader, QueueEntry, SqliteLedger
 from horus_airflow.backends.local import parse_inventory
 from horus_airflow.backends.scheduler import ROUND_BOOKINGS
 from horus_airflow.placement import Profile, load_profile
-from horus_airflow.placement.queue import Waiting
 from horus_airflow.placement.rounds import scheduling_round
 from horus_airflow.placement.state import ClusterState, Resident
-from horus_airflow.predictor.demand import Demand
 from horus_airflow.registry import load_predictor
 from horus_airflow.run_schema import Tag
 from horus_airflow.registry.profiling import profiling_runs
@@ -223,60 +221,35 @@ def test_fifty_tasks_at_once_never_over_commit_and_leave_nothing_behind(stack: L
 
 
 
-def _tree(pid: int) -> list[int]:
-    """A process and every descendant of it."""
-    children: dict[int, list[int]] = defaultdict(list)
-    for process in Path("/proc").glob("[0-9]*"):
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            children[parent_of(int(process.name))].append(int(process.name))
-    found, todo = [], [pid]
-    while todo:
-        found.append(todo.pop())
-        todo += children.get(found[-1], [])
-    return found
-
-
-@dataclass(frozen=True)
-class _Queued:
-    """A queue row of the run, with when a round booked it."""
-
-    entry_id: str
-    owner: str
-    demand: Demand
-    enqueued_at: float
-    expected_runtime_s: float | None
-    round: str
-    booked_at: float
-    skips: int
-
-
-def _replay_rounds(queued: list[_Queued], journal: list[JournalEntry], profile: Profile, gpus: str) -> tuple[int, list[str]]:
+def _replay_rounds(queued: list[QueueEntry], booked_at: dict[str, float], journal: list[JournalEntry], profile: Profile,
+                   gpus: str) -> tuple[int, list[str]]:
     """Every live round again, offline: the queue and the GPUs as they stood when the round booked (the
     ledger's compare-and-swap makes that what it read), fed to the simulator's ``scheduling_round``; skips
     carried from round to round as the replay counts them. Returns the rounds and their disagreements."""
     inventory = parse_inventory(gpus)
     position = {gpu.gpu_id: i for i, gpu in enumerate(inventory)}
-    rounds: dict[str, list[_Queued]] = defaultdict(list)
+    rounds: dict[str, list[QueueEntry]] = defaultdict(list)
     for q in queued:
-        rounds[q.round].append(q)
-    skips = {q.demand.job_id: 0 for q in queued}
+        rounds[str(q.round)].append(q)
+    skips = {q.entry_id: 0 for q in queued}
     disagreements = []
-    for round_id, booked in sorted(rounds.items(), key=lambda item: item[1][0].booked_at):
-        at = booked[0].booked_at
+    for round_id, booked in sorted(rounds.items(), key=lambda item: booked_at[str(item[1][0].reservation_id)]):
+        at = booked_at[str(booked[0].reservation_id)]
         residents: dict[int, list[Resident]] = defaultdict(list)
         for e in journal:
             if e.created_at < at and (e.released_at is None or e.released_at > at):
                 for b in e.bookings:
                     residents[position[b.gpu_id]].append(Resident(e.job_id, b.util, b.util_p90, b.mem_mib, b.signature))
         state = ClusterState(tuple(replace(gpu, residents=tuple(residents[i])) for i, gpu in enumerate(inventory)))
-        waiting = [Waiting(q.demand, q.enqueued_at, at - q.enqueued_at, skips[q.demand.job_id], q.expected_runtime_s, "horus_stack_queue")
-                   for q in sorted(queued, key=lambda q: q.enqueued_at) if q.enqueued_at < at <= q.booked_at]
+        waiting = [replace(q, skips=skips[q.entry_id]).waiting(at) for q in queued
+                   if q.enqueued_at < at <= booked_at[str(q.reservation_id)]]
         result = scheduling_round(waiting, state, profile, limit=ROUND_BOOKINGS)
-        replayed = {c.job.demand.job_id for c in result.chosen}
-        live = {q.demand.job_id for q in booked}
-        if replayed != live:
-            disagreements.append(f"round {round_id} at {at:.2f}: live booked {sorted(live)}, schedule() chose {sorted(replayed)}")
-        skips.update({h.job.demand.job_id: h.job.skips for h in result.held})
+        entry_of = {q.demand.job_id: q.entry_id for q in queued}
+        replayed = {entry_of[c.job.demand.job_id] for c in result.chosen}
+        if replayed != {q.entry_id for q in booked}:
+            disagreements.append(f"round {round_id} at {at:.2f}: live booked {sorted(q.owner for q in booked)}, "
+                                 f"schedule() chose {sorted(c.job.demand.job_id for c in result.chosen)}")
+        skips.update({entry_of[h.job.demand.job_id]: h.job.skips for h in result.held})
     return len(rounds), disagreements
 
 
@@ -304,15 +277,10 @@ def test_sixty_deferrable_tasks_wait_in_the_triggerer_in_the_policys_order_throu
         waiting_samples += len(waiting)
         running_while_waiting += sum(states.get(f"train[{owner.rsplit('/', 1)[1]}]") == "running" for owner in waiting)
         if killed_at is None and len(waiting) >= 15 and deferred >= 10:
-            [triggerer] = [pid for pid in processes_running("triggerer") if parent_of(pid) == stack.pids["airflow"]]
-            for pid in _tree(triggerer):  # the triggerer and the process that runs its triggers
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+            stack.kill_triggerer()
             killed_at, deferred_at_kill = time.monotonic(), deferred
         if killed_at is not None and not restarted and time.monotonic() - killed_at > 15:
-            env = {**stack.env(), "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
-                   "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "10"}  # take the dead one's triggers soon
-            stack._spawn("triggerer", [str(Path(sys.executable).parent / "airflow"), "triggerer"], env=env)
+            stack.start_triggerer()
             restarted = True
         time.sleep(1.0)
     states = stack.task_states(dag_id, run_id)
@@ -336,25 +304,26 @@ def test_sixty_deferrable_tasks_wait_in_the_triggerer_in_the_policys_order_throu
 
     booked_at = {e.reservation_id: e.created_at for e in journal}
     with contextlib.closing(sqlite3.connect(stack.horus_home / "ledger.sqlite")) as conn:
-        rows = conn.execute("SELECT entry_id, owner, demand, enqueued_at, expected_runtime_s, round, reservation_id, skips, left_at "
-                            "FROM queue WHERE owner LIKE ?", (prefix + "%",)).fetchall()
-    queued = [_Queued(r[0], r[1], Demand.from_dict(json.loads(r[2])), r[3], r[4], r[5], booked_at[r[6]], r[7]) for r in rows
-              if r[6] is not None and r[8] is not None]
-    assert len(rows) == len(queued) == 60  # every task queued, was booked and took its booking: none left or expired
+        ids = [row[0] for row in conn.execute("SELECT entry_id FROM queue WHERE owner LIKE ?", (prefix + "%",))]
+    entries = [SqliteLedger(stack.horus_home / "ledger.sqlite").queue_entry(entry_id) for entry_id in ids]
+    queued = sorted((e for e in entries if e is not None and e.reservation_id is not None and e.left_at is not None),
+                    key=lambda e: e.enqueued_at)
+    assert len(ids) == len(queued) == 60  # every task queued, was booked and took its booking: none left or expired
     profile = load_profile(str(Path(__file__).parent / "dags" / "horus_stack_queue.yaml"))
     bound = profile.queue.max_skips
-    gangs = [q for q in queued if q.demand.gpus == 4]
-    for gang in gangs:  # overtaken at most `bound` times before its round, by the ledger's times and by its count
-        overtaken = sum(q.enqueued_at > gang.enqueued_at and q.booked_at < gang.booked_at for q in queued)
-        assert overtaken <= bound and gang.skips <= bound, (gang.owner, overtaken, gang.skips)
-    rounds, disagreements = _replay_rounds(queued, journal, profile, stack.env()["HORUS_LOCAL_GPUS"])
+    booked = {q.entry_id: booked_at[str(q.reservation_id)] for q in queued}
+    overtaken = {g.entry_id: sum(q.enqueued_at > g.enqueued_at and booked[q.entry_id] < booked[g.entry_id] for q in queued)
+                 for g in queued if g.demand.gpus == 4}
+    for gang in (q for q in queued if q.entry_id in overtaken):  # at most `bound` times, by the ledger's times and by its count
+        assert overtaken[gang.entry_id] <= bound and gang.skips <= bound, (gang.owner, overtaken[gang.entry_id], gang.skips)
+    rounds, disagreements = _replay_rounds(queued, booked_at, journal, profile, stack.env()["HORUS_LOCAL_GPUS"])
     assert disagreements == [], disagreements
-    waits = sorted(q.booked_at - q.enqueued_at for q in queued)
+    waits = sorted(booked[q.entry_id] - q.enqueued_at for q in queued)
     print(f"\n60 deferrable tasks on 4 GPUs: {rounds} booking rounds, each the one scheduling_round() replays; "
           f"peak {most_deferred} tasks deferred, {running_while_waiting} of {waiting_samples} waiting samples running "
           f"(between queuing and deferring); triggerer killed with {deferred_at_kill} deferred and restarted; wait median "
           f"{statistics.median(waits):.0f} s, max {waits[-1]:.0f} s; gangs overtaken at most "
-          f"{max(sum(q.enqueued_at > g.enqueued_at and q.booked_at < g.booked_at for q in queued) for g in gangs)} times (bound {bound})")
+          f"{max(overtaken.values())} times (bound {bound})")
 
 
 @pytest.mark.parametrize(("service", "stop_signal", "restarted_after"), [
