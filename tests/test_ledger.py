@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from horus_airflow.backends import LocalBackend, acquire
-from horus_airflow.backends.ledger import Booking, SqliteLedger
+from horus_airflow.backends.ledger import Booking, DecisionNote, RoundBooking, SqliteLedger
 from horus_airflow.errors import LedgerConflictError, NoPlacementError
 from horus_airflow.placement import ClusterState, load_profile
 from horus_airflow.placement.state import crashed_pair
@@ -192,3 +192,29 @@ def test_a_write_waiting_for_the_lock_is_stamped_when_it_holds_it_so_times_follo
     assert queued[0] >= committed
     [entry] = ledger.queue(time.time())[1]
     assert entry.enqueued_at == queued[0]
+
+
+def test_a_long_lived_queue_read_sees_what_a_fresh_read_sees(tmp_path: Path) -> None:
+    """Enqueues, rounds that book some entries and change others' reasons and skips, entries leaving and
+    leases running out, at random: after each, a ledger that keeps the entries it read last (and reads
+    each demand once) returns what a new ledger reading every row returns."""
+    path, clock, rng = tmp_path / "l.sqlite", [0.0], random.Random(11)
+    long_lived, enqueued = SqliteLedger(path), 0
+    for step in range(200):
+        choice = rng.random()
+        waiting = long_lived.queue(clock[0])[1]
+        if choice < 0.4 or not waiting:
+            demand = Demand(f"j{enqueued}", rng.choice((1, 2)), {"a100-80gb": GpuDemand(rng.uniform(10, 90), 95, 1000)})
+            long_lived.enqueue(f"w{enqueued}", demand, "horus-paper", "default", clock[0], rng.choice((5, 60, 3600)))
+            enqueued += 1
+        elif choice < 0.8:
+            version = long_lived.queue(clock[0])[0]
+            booked = [RoundBooking(e.entry_id, (Booking(f"g/{step}", 50, 55, 100),), DecisionNote("p", "r", "{}"))
+                      for e in rng.sample(waiting, min(len(waiting), rng.choice((0, 1))))]
+            others = [e for e in waiting if e.entry_id not in {b.entry_id for b in booked}]
+            held = {e.entry_id: rng.choice(("waits its turn", "no feasible GPU")) for e in others}
+            long_lived.book_round(version, f"r{step}", booked, held, {e: rng.randrange(4) for e in held}, clock[0], 60)
+        else:
+            long_lived.leave(rng.choice(waiting).entry_id, clock[0], "cleared")
+        clock[0] += rng.uniform(0, 4)
+        assert long_lived.queue(clock[0]) == SqliteLedger(path).queue(clock[0]), step

@@ -269,14 +269,17 @@ class LiveBookings:
 
 _QUEUE_COLUMNS = ("entry_id, owner, demand, profile, pool, enqueued_at, lease_expires_at, expected_runtime_s, skips, "
                   "reason, reservation_id, round, left_at")
-_WAITING = (f"SELECT {_QUEUE_COLUMNS} FROM queue WHERE left_at IS NULL AND reservation_id IS NULL "
-            "AND lease_expires_at > ? ORDER BY enqueued_at, entry_id")
+_WAITING_WHERE = "WHERE left_at IS NULL AND reservation_id IS NULL AND lease_expires_at > ? ORDER BY enqueued_at, entry_id"
+_WAITING = f"SELECT {_QUEUE_COLUMNS} FROM queue {_WAITING_WHERE}"
+_WAITING_BUT_DEMAND = f"SELECT {_QUEUE_COLUMNS.replace(' demand,', '')} FROM queue {_WAITING_WHERE}"
+_IN_CHUNK = 500  # ids per IN (...) query, under SQLite's bound on parameters
 
 
 class SqliteLedger:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._demands: dict[str, Demand] = {}  # parsed demands of queue entries seen, by entry id
+        self._waiting: dict[tuple[object, ...], QueueEntry] = {}  # the entries of the last queue read, by row (less demand)
         path.parent.mkdir(parents=True, exist_ok=True)
         with closing(self._connect()) as conn:
             conn.executescript("BEGIN IMMEDIATE;" + _SCHEMA + "COMMIT;")
@@ -335,10 +338,21 @@ class SqliteLedger:
         with closing(self._connect()) as conn:
             conn.execute("BEGIN")
             version = conn.execute("SELECT version FROM ledger_version").fetchone()[0]
-            rows = conn.execute(_WAITING, (now,)).fetchall()
+            rows = conn.execute(_WAITING_BUT_DEMAND, (now,)).fetchall()  # a demand never changes: read each once
+            unseen = [str(row[0]) for row in rows if str(row[0]) not in self._demands]
+            for start in range(0, len(unseen), _IN_CHUNK):
+                chunk = unseen[start:start + _IN_CHUNK]
+                for entry_id, demand in conn.execute(
+                        f"SELECT entry_id, demand FROM queue WHERE entry_id IN ({', '.join('?' * len(chunk))})", chunk):
+                    self._demands[str(entry_id)] = Demand.from_dict(json.loads(str(demand)))
             conn.execute("COMMIT")
-        entries = [_entry(row, self._demands) for row in rows]
-        self._demands = {e.entry_id: e.demand for e in entries}  # only what still waits stays cached
+        entries, kept = [], {}
+        for row in rows:
+            entry = self._waiting.get(row) or _entry((*row[:2], None, *row[2:]), self._demands)
+            kept[row] = entry
+            entries.append(entry)
+        self._waiting = kept  # only what still waits stays cached
+        self._demands = {e.entry_id: e.demand for e in entries}
         return version, entries
 
     def queue_entry(self, entry_id: str) -> QueueEntry | None:

@@ -107,15 +107,18 @@ class LocalBackend:
         self._last_snapshot: ClusterState | None = None
         self._bookings = LiveBookings()
         self._index: dict[str, int] = {}
+        self._built_from: list[GpuState] | None = None  # the inventory list the last snapshot was built from
 
     def snapshot(self) -> ClusterState:
         """The GPUs with their live bookings. The state is built from the last one this backend read,
         reading only the bookings written since and changing only the GPUs they touch: a scheduling
         round reads it often, and reading every booking and building the placer's arrays for thousands
-        of GPUs from scratch costs more than the round itself."""
+        of GPUs from scratch costs more than the round itself. A new inventory is a new ``gpus`` list
+        (the state is then built again); the list is not compared GPU by GPU each round."""
         now = self.clock()
         last = self._last_snapshot
-        if last is None or len(last.gpus) != len(self.gpus) or any(a.gpu_id != b.gpu_id for a, b in zip(last.gpus, self.gpus)):
+        if last is None or self.gpus is not self._built_from:  # a new inventory: build from scratch
+            self._built_from = self.gpus
             last = ClusterState(tuple(replace(gpu, residents=()) for gpu in self.gpus))
             self._bookings, self._index = LiveBookings(), {gpu.gpu_id: i for i, gpu in enumerate(last.gpus)}
         read = self.ledger.bookings_since(self._bookings.change, now)

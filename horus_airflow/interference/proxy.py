@@ -34,13 +34,15 @@ class SummedUtilization:
         return np.interp(summed_util, self.curve_util, self.curve_speed)
 
     def predict_many(self, groups: Sequence[Sequence[CoRunner]], gpu: GpuSpec) -> list[Interference]:
-        return [self.predict(jobs, gpu) for jobs in groups]
+        return self._answers(groups, gpu)
 
     def predict(self, jobs: Sequence[CoRunner], gpu: GpuSpec) -> Interference:
-        if len(jobs) <= 1:
-            return Interference(tuple(1.0 for _ in jobs), all(j.mem_mib <= gpu.memory_mib for j in jobs))
-        speed = float(self.speed_at(sum(j.util for j in jobs)))
-        return Interference(tuple(speed for _ in jobs), sum(j.mem_mib for j in jobs) <= gpu.memory_mib)
+        return self._answers([jobs], gpu)[0]
+
+    def _answers(self, groups: Sequence[Sequence[CoRunner]], gpu: GpuSpec) -> list[Interference]:
+        speeds = self.speed_at(_summed_utils(groups)).tolist()  # one curve lookup for the lot: the placer asks per shortlist
+        return [Interference((1.0 if len(jobs) <= 1 else speed,) * len(jobs), sum(j.mem_mib for j in jobs) <= gpu.memory_mib)
+                for jobs, speed in zip(groups, speeds)]
 
 
 @dataclass(frozen=True)
@@ -57,8 +59,16 @@ class TimeSharing:
         return 100.0 / np.maximum(100.0, summed_util)
 
     def predict_many(self, groups: Sequence[Sequence[CoRunner]], gpu: GpuSpec) -> list[Interference]:
-        return [self.predict(jobs, gpu) for jobs in groups]
+        return self._answers(groups, gpu)
 
     def predict(self, jobs: Sequence[CoRunner], gpu: GpuSpec) -> Interference:
-        speed = float(self.speed_at(sum(j.util for j in jobs)))
-        return Interference(tuple(speed for _ in jobs), sum(j.mem_mib for j in jobs) <= gpu.memory_mib)
+        return self._answers([jobs], gpu)[0]
+
+    def _answers(self, groups: Sequence[Sequence[CoRunner]], gpu: GpuSpec) -> list[Interference]:
+        speeds = self.speed_at(_summed_utils(groups)).tolist()
+        return [Interference((speed,) * len(jobs), sum(j.mem_mib for j in jobs) <= gpu.memory_mib)
+                for jobs, speed in zip(groups, speeds)]
+
+
+def _summed_utils(groups: Sequence[Sequence[CoRunner]]) -> np.ndarray:
+    return np.fromiter((sum(j.util for j in jobs) for jobs in groups), dtype=float, count=len(groups))

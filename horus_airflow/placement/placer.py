@@ -330,12 +330,15 @@ def _compact(trace: _Trace, gpu_ids: tuple[str, ...], top: int) -> tuple[tuple[C
     passed = trace.first_failure == -1
     passed[chosen_at] = False
     others = np.flatnonzero(passed)
+    if len(others) > top > 0:  # only those at or below the top-th cost can be among the top: sort just them
+        others = others[trace.total[others] <= np.partition(trace.total[others], top - 1)[top - 1]]
     others = others[np.argsort(trace.total[others], kind="stable")[:top]]
     filters = trace.profile.filters
     first_seen: dict[str, int] = {}
     counts: Counter[str] = Counter()
-    codes, first, number = np.unique(trace.first_failure, return_index=True, return_counts=True)
-    for code, at, n in zip(codes.tolist(), first.tolist(), number.tolist()):
+    number = np.bincount(trace.first_failure + 3)  # codes from -3: a count per code without sorting every GPU's
+    for code in (np.flatnonzero(number) - 3).tolist():
+        at, n = int(np.argmax(trace.first_failure == code)), int(number[code + 3])
         if code == -2:
             name = "prediction"
         elif code == -3:

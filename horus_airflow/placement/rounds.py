@@ -59,7 +59,6 @@ def scheduling_round(
     round books in one transaction): the next round, on the state with these bookings and skips, carries
     on where this one stopped."""
     queue = {w.demand.job_id: w for w in waiting}
-    position = {gpu.gpu_id: i for i, gpu in enumerate(state.gpus)}
     chosen: list[Chosen] = []
     reasons: dict[str, str] = {}
     unplaceable: frozenset[Hashable] = frozenset()
@@ -84,10 +83,11 @@ def scheduling_round(
             if other.arrival < done.job.arrival:
                 queue[job_id] = replace(other, skips=other.skips + 1)
         chosen.append(Chosen(done.job, done.decision))
-        state = _with_booking(state, done.job, done.decision, position)
+        state = _with_booking(state, done.job, done.decision)
         unplaceable = frozenset()
-    held = tuple(Held(job, reasons.get(job_id) or _turn(job, unplaceable, profile, limit if more else 0))
-                 for job_id, job in queue.items())
+    stopped = stopped_at_limit(limit) if more else ""
+    shapes = {key[0] for key in unplaceable}  # keys: (demand shape, hold tried under)
+    held = tuple(Held(job, reasons.get(job_id) or stopped or _turn(job, shapes, profile)) for job_id, job in queue.items())
     return RoundResult(tuple(chosen), held, state, more)
 
 
@@ -96,21 +96,22 @@ def stopped_at_limit(limit: int) -> str:
     return f"the round stopped at its limit of {limit} bookings; the next round goes on"
 
 
-def _turn(job: Waiting, unplaceable: frozenset[Hashable], profile: Profile, stopped_at: int) -> str:
-    if stopped_at:
-        return stopped_at_limit(stopped_at)
-    shape = demand_shape(job.demand)
-    if any(key[0] == shape for key in unplaceable):  # keys: (demand shape, hold tried under)
+def _turn(job: Waiting, unplaceable_shapes: set[Hashable], profile: Profile) -> str:
+    if demand_shape(job.demand) in unplaceable_shapes:
         return "a queued job with the same demand does not fit now"
     return f"waits its turn: the {profile.queue.name} queue policy tries other jobs first"
 
 
-def _with_booking(state: ClusterState, job: Waiting, decision: Decision, position: Mapping[str, int]) -> ClusterState:
+def _with_booking(state: ClusterState, job: Waiting, decision: Decision) -> ClusterState:
+    """The state with the job booked where the decision put it (the GPUs' positions are the decision's
+    trace's: it was made on this very state)."""
+    if decision.trace is None or decision.trace.state is not state:
+        raise ValueError(f"decision for {job.demand.job_id} was not made by place() on this state")
     changes = {}
     ends_at = None if job.expected_runtime_s is None else job.now + job.expected_runtime_s
-    for gpu_id in decision.gpu_ids:
-        gpu = state.gpus[position[gpu_id]]
+    for i in decision.trace.chosen:
+        gpu = state.gpus[i]
         need = job.demand.on(gpu.gpu_type)
         resident = Resident(job.demand.job_id, need.util, need.util_p90, need.mem_mib, job.demand.signature, ends_at)
-        changes[position[gpu_id]] = replace(gpu, residents=(*gpu.residents, resident))
+        changes[i] = replace(gpu, residents=(*gpu.residents, resident))
     return state.with_changes(changes)
