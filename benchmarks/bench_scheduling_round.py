@@ -48,7 +48,7 @@ from horus_airflow.predictor import AnalyticPrior, Demand
 from horus_airflow.settings import Settings
 
 GPU_TYPE = "a100-80gb"
-T = TypeVar("T")
+_T = TypeVar("_T")
 _COLD_READS: list[float] = []
 WORKLOADS = (("resnet50", 64), ("resnet18", 128), ("bert_base", 32), ("gpt2_small", 16), ("mobilenet_v2", 64),
              ("vgg16", 32), ("dqn", 32), ("ncf", 1024), ("transformer_base", 64), ("unet", 16))
@@ -107,7 +107,7 @@ class _Timings:
     collected: list[bool] = field(default_factory=list)  # per round: a full collection ran inside it
     placed: int = 0
 
-    def time(self, call: Callable[[], T]) -> T:
+    def time(self, call: Callable[[], _T]) -> _T:
         before, started = _COLLECTIONS.count, time.perf_counter()
         result = call()
         self.seconds.append(time.perf_counter() - started)

@@ -278,8 +278,7 @@ _IN_CHUNK = 500  # ids per IN (...) query, under SQLite's bound on parameters
 class SqliteLedger:
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._demands: dict[str, Demand] = {}  # parsed demands of queue entries seen, by entry id
-        self._waiting: dict[tuple[object, ...], QueueEntry] = {}  # the entries of the last queue read, by row (less demand)
+        self._waiting: dict[str, tuple[tuple[object, ...], QueueEntry]] = {}  # the last queue read: by entry, its row and entry
         path.parent.mkdir(parents=True, exist_ok=True)
         with closing(self._connect()) as conn:
             conn.executescript("BEGIN IMMEDIATE;" + _SCHEMA + "COMMIT;")
@@ -339,21 +338,21 @@ class SqliteLedger:
             conn.execute("BEGIN")
             version = conn.execute("SELECT version FROM ledger_version").fetchone()[0]
             rows = conn.execute(_WAITING_BUT_DEMAND, (now,)).fetchall()  # a demand never changes: read each once
-            unseen = [str(row[0]) for row in rows if str(row[0]) not in self._demands]
+            demands = {entry_id: entry.demand for entry_id, (_, entry) in self._waiting.items()}
+            unseen = [str(row[0]) for row in rows if str(row[0]) not in demands]
             for start in range(0, len(unseen), _IN_CHUNK):
                 chunk = unseen[start:start + _IN_CHUNK]
                 for entry_id, demand in conn.execute(
                         f"SELECT entry_id, demand FROM queue WHERE entry_id IN ({', '.join('?' * len(chunk))})", chunk):
-                    self._demands[str(entry_id)] = Demand.from_dict(json.loads(str(demand)))
+                    demands[str(entry_id)] = Demand.from_dict(json.loads(str(demand)))
             conn.execute("COMMIT")
-        entries, kept = [], {}
+        last, self._waiting = self._waiting, {}  # only what still waits stays
         for row in rows:
-            entry = self._waiting.get(row) or _entry((*row[:2], None, *row[2:]), self._demands)
-            kept[row] = entry
-            entries.append(entry)
-        self._waiting = kept  # only what still waits stays cached
-        self._demands = {e.entry_id: e.demand for e in entries}
-        return version, entries
+            entry_id = str(row[0])
+            seen = last.get(entry_id)
+            entry = seen[1] if seen is not None and seen[0] == row else _queue_entry(row, demands[entry_id])
+            self._waiting[entry_id] = (row, entry)
+        return version, [entry for _, entry in self._waiting.values()]
 
     def queue_entry(self, entry_id: str) -> QueueEntry | None:
         with closing(self._connect()) as conn:
@@ -639,16 +638,15 @@ def _insert_reservation(conn: sqlite3.Connection, job_id: str, owner: str, booki
     return Reservation(reservation_id, job_id, owner, tuple(b.gpu_id for b in bookings), expires)
 
 
-def _entry(row: tuple[object, ...], demands: dict[str, Demand] | None = None) -> QueueEntry:
-    """A queue row as an entry; ``demands`` caches the parsed demand of each entry (it never changes)."""
-    (entry_id, owner, demand, profile, pool, enqueued, expires, runtime, skips, reason, reservation_id, round_id,
-     left_at) = row
-    parsed = demands.get(str(entry_id)) if demands is not None else None
-    if parsed is None:
-        parsed = Demand.from_dict(json.loads(str(demand)))
-        if demands is not None:
-            demands[str(entry_id)] = parsed
-    return QueueEntry(str(entry_id), str(owner), parsed, str(profile), str(pool),
+def _entry(row: tuple[object, ...]) -> QueueEntry:
+    """A queue row (``_QUEUE_COLUMNS``) as an entry."""
+    return _queue_entry(row[:2] + row[3:], Demand.from_dict(json.loads(str(row[2]))))
+
+
+def _queue_entry(columns: tuple[object, ...], demand: Demand) -> QueueEntry:
+    """An entry from its queue columns but the demand, and the demand (parsed once by whoever keeps it)."""
+    entry_id, owner, profile, pool, enqueued, expires, runtime, skips, reason, reservation_id, round_id, left_at = columns
+    return QueueEntry(str(entry_id), str(owner), demand, str(profile), str(pool),
                       float(enqueued), float(expires), None if runtime is None else float(runtime), int(skips),
                       str(reason), None if reservation_id is None else str(reservation_id),
                       None if round_id is None else str(round_id), None if left_at is None else float(left_at))

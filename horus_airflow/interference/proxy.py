@@ -6,7 +6,7 @@ Both judge fit by summed predicted memory against the GPU's memory."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 from sklearn.isotonic import IsotonicRegression
@@ -34,15 +34,10 @@ class SummedUtilization:
         return np.interp(summed_util, self.curve_util, self.curve_speed)
 
     def predict_many(self, groups: Sequence[Sequence[CoRunner]], gpu: GpuSpec) -> list[Interference]:
-        return self._answers(groups, gpu)
+        return _shared_speeds(groups, gpu, self.speed_at, alone_at_full_speed=True)
 
     def predict(self, jobs: Sequence[CoRunner], gpu: GpuSpec) -> Interference:
-        return self._answers([jobs], gpu)[0]
-
-    def _answers(self, groups: Sequence[Sequence[CoRunner]], gpu: GpuSpec) -> list[Interference]:
-        speeds = self.speed_at(_summed_utils(groups)).tolist()  # one curve lookup for the lot: the placer asks per shortlist
-        return [Interference((1.0 if len(jobs) <= 1 else speed,) * len(jobs), sum(j.mem_mib for j in jobs) <= gpu.memory_mib)
-                for jobs, speed in zip(groups, speeds)]
+        return _shared_speeds([jobs], gpu, self.speed_at, alone_at_full_speed=True)[0]
 
 
 @dataclass(frozen=True)
@@ -59,16 +54,17 @@ class TimeSharing:
         return 100.0 / np.maximum(100.0, summed_util)
 
     def predict_many(self, groups: Sequence[Sequence[CoRunner]], gpu: GpuSpec) -> list[Interference]:
-        return self._answers(groups, gpu)
+        return _shared_speeds(groups, gpu, self.speed_at, alone_at_full_speed=False)
 
     def predict(self, jobs: Sequence[CoRunner], gpu: GpuSpec) -> Interference:
-        return self._answers([jobs], gpu)[0]
-
-    def _answers(self, groups: Sequence[Sequence[CoRunner]], gpu: GpuSpec) -> list[Interference]:
-        speeds = self.speed_at(_summed_utils(groups)).tolist()
-        return [Interference((speed,) * len(jobs), sum(j.mem_mib for j in jobs) <= gpu.memory_mib)
-                for jobs, speed in zip(groups, speeds)]
+        return _shared_speeds([jobs], gpu, self.speed_at, alone_at_full_speed=False)[0]
 
 
-def _summed_utils(groups: Sequence[Sequence[CoRunner]]) -> np.ndarray:
-    return np.fromiter((sum(j.util for j in jobs) for jobs in groups), dtype=float, count=len(groups))
+def _shared_speeds(groups: Sequence[Sequence[CoRunner]], gpu: GpuSpec, speed_at: Callable[[np.ndarray], np.ndarray],
+                   alone_at_full_speed: bool) -> list[Interference]:
+    """Every co-resident of a group at the one speed its summed utilization gives (one curve lookup for all
+    the groups: the placer asks per shortlist); fit is summed memory against the GPU's."""
+    summed = np.fromiter((sum(j.util for j in jobs) for jobs in groups), dtype=float, count=len(groups))
+    return [Interference((1.0 if alone_at_full_speed and len(jobs) <= 1 else speed,) * len(jobs),
+                         sum(j.mem_mib for j in jobs) <= gpu.memory_mib)
+            for jobs, speed in zip(groups, speed_at(summed).tolist())]

@@ -232,6 +232,7 @@ def _replay_rounds(queued: list[QueueEntry], booked_at: dict[str, float], journa
     for q in queued:
         rounds[str(q.round)].append(q)
     skips = {q.entry_id: 0 for q in queued}
+    entry_of = {q.demand.job_id: q.entry_id for q in queued}
     disagreements = []
     for round_id, booked in sorted(rounds.items(), key=lambda item: booked_at[str(item[1][0].reservation_id)]):
         at = booked_at[str(booked[0].reservation_id)]
@@ -244,7 +245,6 @@ def _replay_rounds(queued: list[QueueEntry], booked_at: dict[str, float], journa
         waiting = [replace(q, skips=skips[q.entry_id]).waiting(at) for q in queued
                    if q.enqueued_at < at <= booked_at[str(q.reservation_id)]]
         result = scheduling_round(waiting, state, profile, limit=ROUND_BOOKINGS)
-        entry_of = {q.demand.job_id: q.entry_id for q in queued}
         replayed = {entry_of[c.job.demand.job_id] for c in result.chosen}
         if replayed != {q.entry_id for q in booked}:
             disagreements.append(f"round {round_id} at {at:.2f}: live booked {sorted(q.owner for q in booked)}, "
@@ -305,7 +305,8 @@ def test_sixty_deferrable_tasks_wait_in_the_triggerer_in_the_policys_order_throu
     booked_at = {e.reservation_id: e.created_at for e in journal}
     with contextlib.closing(sqlite3.connect(stack.horus_home / "ledger.sqlite")) as conn:
         ids = [row[0] for row in conn.execute("SELECT entry_id FROM queue WHERE owner LIKE ?", (prefix + "%",))]
-    entries = [SqliteLedger(stack.horus_home / "ledger.sqlite").queue_entry(entry_id) for entry_id in ids]
+    ledger = SqliteLedger(stack.horus_home / "ledger.sqlite")
+    entries = [ledger.queue_entry(entry_id) for entry_id in ids]
     queued = sorted((e for e in entries if e is not None and e.reservation_id is not None and e.left_at is not None),
                     key=lambda e: e.enqueued_at)
     assert len(ids) == len(queued) == 60  # every task queued, was booked and took its booking: none left or expired
