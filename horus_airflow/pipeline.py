@@ -81,17 +81,18 @@ def run_job(
     job = service.plan(spec, f"{spec.display_name}-{uuid.uuid4().hex[:8]}", [g.gpu_type for g in backend.gpus])
     acquired = service.book(job.demand, owner, placement_timeout_s,
                             expected_runtime_s=expected_runtime_s(settings, spec, job.features.dataset))
-    return run_booked(job, acquired, settings, backend, service.interference_label, owner, context_tags, on_launch)
+    return run_booked(job, acquired, settings, backend, service, owner, context_tags, on_launch)
 
 
 @dataclass(frozen=True)
 class QueuedJob:
-    """A job planned and queued; ``acquired`` when the first round already booked it."""
+    """A job planned and queued; ``acquired`` when the first round already booked it. ``service``
+    runs it on (:func:`run_booked`)."""
 
     job: Planned
     entry: QueueEntry
     acquired: Acquired | None
-    interference_label: str
+    service: PlacementService
 
 
 def queue_job(spec: JobSpec, settings: Settings, owner: str, profile_name: str | None = None,
@@ -108,7 +109,7 @@ def queue_job(spec: JobSpec, settings: Settings, owner: str, profile_name: str |
     except BaseException as exc:
         backend.leave(entry.entry_id, f"the task stopped waiting: {exc}"[:500])
         raise
-    return QueuedJob(job, entry, acquired, service.interference_label)
+    return QueuedJob(job, entry, acquired, service)
 
 
 def resume_job(
@@ -130,17 +131,18 @@ def resume_job(
     backend.take(entry_id)
     acquired = booked_acquisition(backend, entry, None, 0, waited_s)
     job = Planned(spec, entry.demand.job_id, spec.features(), entry.demand)
-    label = PlacementService(settings, entry.profile, backend).interference_label
-    return run_booked(job, acquired, settings, backend, label, owner, context_tags, on_launch)
+    service = PlacementService(settings, entry.profile, backend)
+    return run_booked(job, acquired, settings, backend, service, owner, context_tags, on_launch)
 
 
-def run_booked(job: Planned, acquired: Acquired, settings: Settings, backend: LocalBackend, interference_label: str,
+def run_booked(job: Planned, acquired: Acquired, settings: Settings, backend: LocalBackend, service: PlacementService,
                owner: str, context_tags: dict[str, str] | None = None,
                on_launch: Callable[[LaunchedJob], None] | None = None) -> JobOutcome:
-    """Launch a job on its booked GPUs, wait, release, log its profiling run."""
+    """Launch a job on its booked GPUs, wait, release (``service`` then books the queue onto them), log
+    its profiling run."""
     log.info("placed %s: %s", job.job_id, acquired.decision.reason)
-    tags = {"horus.interference": interference_label, Tag.OWNER: owner, **(context_tags or {})}
-    [outcome] = _run_together([(job, training_command(job.spec))], backend, acquired, settings, tags, on_launch)
+    tags = {"horus.interference": service.interference_label, Tag.OWNER: owner, **(context_tags or {})}
+    [outcome] = _run_together([(job, training_command(job.spec))], backend, service, acquired, settings, tags, on_launch)
     return outcome
 
 
@@ -171,7 +173,7 @@ def profile_pair(
     }
     acquired = service.book(Demand(f"pair-{pair_id}", 1, combined, predictor=demands[0].predictor), owner, placement_timeout_s)
     log.info("pair %s placed: %s", pair_id, acquired.decision.reason)
-    first_outcome, second_outcome = _run_together(jobs, backend, acquired, settings,
+    first_outcome, second_outcome = _run_together(jobs, backend, service, acquired, settings,
                                                   {"horus.pair_id": pair_id, Tag.OWNER: owner, **(context_tags or {})})
     return first_outcome, second_outcome
 
@@ -192,12 +194,14 @@ def _remember_crashes(jobs: list[tuple[Planned, list[str]]], launched: list[Laun
 def _run_together(
     jobs: list[tuple[Planned, list[str]]],
     backend: LocalBackend,
+    service: PlacementService,
     acquired: Acquired,
     settings: Settings,
     tags: dict[str, str],
     on_launch: Callable[[LaunchedJob], None] | None = None,
 ) -> list[JobOutcome]:
-    """Launch every job on the acquired GPUs, wait for all, release, then log one profiling run each."""
+    """Launch every job on the acquired GPUs, wait for all, release (and book the queue onto the freed
+    GPUs), then log one profiling run each."""
     decision, reservation = acquired.decision, acquired.reservation
     placed_on = tuple(gpu for gpu in acquired.state.gpus if gpu.gpu_id in decision.gpu_ids)
     launched: list[LaunchedJob] = []
@@ -214,7 +218,7 @@ def _run_together(
                 handle.process.terminate()
         raise
     finally:
-        backend.release(reservation)
+        service.release(reservation)
     outcomes = []
     for (job, _command), summary in zip(jobs, summaries):
         predicted = job.demand.on(placed_on[0].gpu_type)

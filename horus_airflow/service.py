@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Sequence
 
 from horus_airflow.backends.base import Acquired, Backend, acquire
 from horus_airflow.errors import NoPlacementError
-from horus_airflow.backends.ledger import QueueEntry
-from horus_airflow.backends.scheduler import Look, QueueingBackend, booked_acquisition, enqueue_demand, look_at, wait_in_queue
+from horus_airflow.backends.ledger import QueueEntry, Reservation
+from horus_airflow.backends.scheduler import (Look, QueueingBackend, booked_acquisition, enqueue_demand, look_at,
+                                              rounds_after_release, wait_in_queue)
 from horus_airflow.features.gpus import gpu_spec
 from horus_airflow.interference import InterferenceModel, signature
 from horus_airflow.jobs import JobSpec
@@ -89,13 +90,12 @@ class PlacementService:
              expected_runtime_s: float | None = None) -> Acquired:
         """Make the owner's earlier tries safe (:meth:`Backend.reclaim`), then place and book.
         ``state`` is a snapshot the caller already read, decided on first."""
-        if self.backend is None:
-            raise TypeError("this PlacementService has no backend to book on; give one, or use decide()")
-        self.backend.reclaim(owner)
-        if isinstance(self.backend, QueueingBackend):  # the local backend: through the queue, in the policy's order
-            return wait_in_queue(self.backend, demand, self.profile, owner, timeout_s, self.interference, state=state,
+        backend = self._booking()
+        backend.reclaim(owner)
+        if isinstance(backend, QueueingBackend):  # the local backend: through the queue, in the policy's order
+            return wait_in_queue(backend, demand, self.profile, owner, timeout_s, self.interference, state=state,
                                  pool=pool_of(owner), expected_runtime_s=expected_runtime_s)
-        return acquire(self.backend, demand, self.profile, owner, timeout_s, self.interference, state=state)
+        return acquire(backend, demand, self.profile, owner, timeout_s, self.interference, state=state)
 
     def enqueue(self, demand: Demand, owner: str, expected_runtime_s: float | None = None) -> QueueEntry:
         """Make the owner's earlier tries safe, then queue the demand (refused at once if no idle GPU could
@@ -116,6 +116,26 @@ class PlacementService:
             raise NoPlacementError(f"queue entry not booked ({look.status}): {look.entry.reason if look.entry else ''}")
         backend.take(look.entry.entry_id)
         return booked_acquisition(backend, look.entry, look.outcome, look.outcome.conflicts, seconds)
+
+    def release(self, reservation: Reservation) -> bool:
+        """Release a booking, then run scheduling rounds on the GPUs it freed
+        (:func:`~horus_airflow.backends.scheduler.rounds_after_release`). True the first time."""
+        released = self._booking().release(reservation)
+        if released:
+            rounds_after_release(self._booking(), lambda: self.interference)
+        return released
+
+    def release_owner(self, owner: str) -> int:
+        """Release every booking the owner holds, then run rounds as :meth:`release` does."""
+        released = self._booking().release_owner(owner)
+        if released:
+            rounds_after_release(self._booking(), lambda: self.interference)
+        return released
+
+    def _booking(self) -> Backend:
+        if self.backend is None:
+            raise TypeError("this PlacementService has no backend to book on; give one, or use decide()")
+        return self.backend
 
     def _queueing(self) -> QueueingBackend:
         if not isinstance(self.backend, QueueingBackend):

@@ -326,3 +326,31 @@ def test_an_entry_queued_with_a_profile_file_is_placed_by_it_in_a_round_run_else
     assert [e.entry_id for e, _, _ in outcome.booked] == [entry.entry_id]
     assert outcome.booked[0][2].profile == "whole-gpus" and backend.queue_entry(entry.entry_id).status(backend.now()) == "booked"
     assert load_profile("exclusive").reference == "exclusive"
+
+
+def test_a_release_books_the_queue_onto_the_gpus_it_freed_at_once(backend: LocalBackend, monkeypatch: pytest.MonkeyPatch,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    """As the simulator decides at each job's end: the waiting entry is booked by the release itself, not
+    by a later look (which may see later arrivals). A round that fails leaves the release standing."""
+    from horus_airflow.backends import scheduler
+    from horus_airflow.service import PlacementService
+
+    service = PlacementService(backend.settings, "exclusive", backend)
+    gang = backend.enqueue("d/g/r/-1", _demand("gang", 40, gpus=2), "exclusive")
+    run_round(backend)
+    waiting = backend.enqueue("d/a/r/-1", _demand("a", 40), "exclusive")
+    run_round(backend)
+    assert backend.queue_entry(waiting.entry_id).status(backend.now()) == "waiting"
+    booked = backend.reservation(backend.queue_entry(gang.entry_id).reservation_id or "")
+    assert booked is not None and service.release(booked)
+    assert backend.queue_entry(waiting.entry_id).status(backend.now()) == "booked"
+    assert not service.release(booked)  # idempotent
+
+    later = backend.enqueue("d/b/r/-1", _demand("b", 40, gpus=2), "exclusive")
+    run_round(backend)
+    monkeypatch.setattr(scheduler, "run_round", lambda *args: (_ for _ in ()).throw(sqlite3.OperationalError("disk I/O error")))
+    with caplog.at_level("WARNING"):
+        assert service.release_owner("d/a/r/-1") == 1
+    assert "the scheduling round after a release failed (OperationalError: disk I/O error)" in caplog.text
+    assert backend.queue_entry(later.entry_id).status(backend.now()) == "waiting"
+    assert all(not g.residents for g in backend.snapshot().gpus)

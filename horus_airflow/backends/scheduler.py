@@ -132,6 +132,27 @@ def run_round(
     return RoundOutcome(round_id, (), -1, conflicts)
 
 
+def rounds_after_release(backend: Backend, interference: Callable[[], InterferenceModel | None]) -> int:
+    """GPUs were just freed: book the queue onto them now, as the simulator decides at each job's end,
+    not at a waiting task's next look, when later arrivals may have joined the queue. Returns how many
+    entries the rounds booked. A round that fails is logged, not raised: the release stands, and the
+    next look decides. ``interference`` is called only if a round runs (it may load a model)."""
+    if not isinstance(backend, QueueingBackend):
+        return 0
+    booked = 0
+    try:
+        model = interference()
+        while True:
+            outcome = run_round(backend, model)
+            booked += len(outcome.booked)
+            if not outcome.more:
+                return booked
+    except Exception as exc:  # any failure: the task that released must not fail for other jobs' round
+        log.warning("the scheduling round after a release failed (%s: %s); the next look at the queue decides",
+                    type(exc).__name__, exc)
+        return booked
+
+
 def _changed(by_id: Mapping[str, QueueEntry], held: dict[str, str], skips: dict[str, int]) -> tuple[dict[str, str], dict[str, int]]:
     """The waiting entries whose reason or skip count this round changed, so a round writes only those
     (and an entry the round did not reach keeps its skips)."""

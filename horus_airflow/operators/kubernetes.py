@@ -327,7 +327,7 @@ class HorusKubernetesPodOperator(KubernetesPodOperator):
                 if exc.status != 404:
                     log.warning("could not delete Pending pod %s: %s %s", remote_pod.metadata.name, exc.status, exc.reason)
         try:
-            released = backend.release_owner(self._owner)
+            released = self._service(backend).release_owner(self._owner)
             log.info("released %d GPU reservation(s) of %s", released, self._owner)
         except HorusError as exc:
             log.warning("release of %s's reservation failed (%s); reconciliation will drop it once its pod is gone", self._owner, exc)

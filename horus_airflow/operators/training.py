@@ -110,7 +110,7 @@ class HorusTrainingOperator(BaseOperator):
             backend = LocalBackend(settings)
             queued = queue_job(spec, settings, task_owner(ti), self.profile, backend)
             if queued.acquired is not None:
-                outcome = run_booked(queued.job, queued.acquired, settings, backend, queued.interference_label,
+                outcome = run_booked(queued.job, queued.acquired, settings, backend, queued.service,
                                      task_owner(ti), _tags(ti), self._remember)
                 return self._finished(outcome)
         from horus_airflow.triggers import BookingTrigger

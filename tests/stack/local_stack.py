@@ -125,7 +125,7 @@ class LocalStack:
             "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "5",
             "MLFLOW_DISABLE_TELEMETRY": "true",
             "HORUS_HOME": str(self.horus_home),
-            "HORUS_LOCAL_GPUS": "4xa100-80gb",
+            "HORUS_LOCAL_GPUS": "8xa100-80gb",
             "HORUS_PROJECT_ROOT": str(REPO),
         }
 

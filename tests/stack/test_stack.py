@@ -255,11 +255,13 @@ def _replay_rounds(queued: list[QueueEntry], booked_at: dict[str, float], journa
 
 @pytest.mark.timeout(1800)
 def test_sixty_deferrable_tasks_wait_in_the_triggerer_in_the_policys_order_through_a_triggerer_restart(stack: LocalStack) -> None:
-    """60 tasks on 4 GPUs, one in ten a gang of all four: while queued they hold no worker slot (deferred to
+    """60 tasks on the stack's 8 GPUs, one in ten a gang of all eight: while queued they hold no worker slot (deferred to
     the triggerer); the triggerer is killed with tasks queued and a new one started; no GPU is ever
     booked twice; every gang is booked within its bound; every round booked what the simulator's
     ``scheduling_round`` chooses for the same queue and GPUs."""
     dag_id = "horus_stack_queue"
+    gpus = stack.env()["HORUS_LOCAL_GPUS"]
+    gang_gpus = len(parse_inventory(gpus))  # the DAG's gangs take the whole machine
     run_id = stack.start_run(dag_id)
     prefix = f"{dag_id}/train/{run_id}/"
     ledger = LedgerReader(stack.horus_home / "ledger.sqlite")
@@ -300,7 +302,7 @@ def test_sixty_deferrable_tasks_wait_in_the_triggerer_in_the_policys_order_throu
     for spans in per_gpu.values():  # whole GPUs: one booking at a time on each
         spans.sort()
         assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:])), spans
-    assert sorted(len(e.bookings) for e in journal) == [1] * 54 + [4] * 6
+    assert sorted(len(e.bookings) for e in journal) == [1] * 54 + [gang_gpus] * 6
 
     booked_at = {e.reservation_id: e.created_at for e in journal}
     with contextlib.closing(sqlite3.connect(stack.horus_home / "ledger.sqlite")) as conn:
@@ -314,13 +316,13 @@ def test_sixty_deferrable_tasks_wait_in_the_triggerer_in_the_policys_order_throu
     bound = profile.queue.max_skips
     booked = {q.entry_id: booked_at[str(q.reservation_id)] for q in queued}
     overtaken = {g.entry_id: sum(q.enqueued_at > g.enqueued_at and booked[q.entry_id] < booked[g.entry_id] for q in queued)
-                 for g in queued if g.demand.gpus == 4}
+                 for g in queued if g.demand.gpus == gang_gpus}
     for gang in (q for q in queued if q.entry_id in overtaken):  # at most `bound` times, by the ledger's times and by its count
         assert overtaken[gang.entry_id] <= bound and gang.skips <= bound, (gang.owner, overtaken[gang.entry_id], gang.skips)
-    rounds, disagreements = _replay_rounds(queued, booked_at, journal, profile, stack.env()["HORUS_LOCAL_GPUS"])
+    rounds, disagreements = _replay_rounds(queued, booked_at, journal, profile, gpus)
     assert disagreements == [], disagreements
     waits = sorted(booked[q.entry_id] - q.enqueued_at for q in queued)
-    print(f"\n60 deferrable tasks on 4 GPUs: {rounds} booking rounds, each the one scheduling_round() replays; "
+    print(f"\n60 deferrable tasks on {gang_gpus} GPUs, gangs of {gang_gpus}: {rounds} booking rounds, each the one scheduling_round() replays; "
           f"peak {most_deferred} tasks deferred, {running_while_waiting} of {waiting_samples} waiting samples running "
           f"(between queuing and deferring); triggerer killed with {deferred_at_kill} deferred and restarted; wait median "
           f"{statistics.median(waits):.0f} s, max {waits[-1]:.0f} s; gangs overtaken at most "
