@@ -72,15 +72,17 @@ def run_job(
     context_tags: dict[str, str] | None = None,
     on_launch: Callable[[LaunchedJob], None] | None = None,
     backend: LocalBackend | None = None,
+    priority: int = 0,
 ) -> JobOutcome:
-    """Run one job end to end, waiting (blocking) in the queue for its GPUs. Bad input fails before
-    anything is reserved or logged; once a GPU is reserved it is released whatever happens."""
+    """Run one job end to end, waiting (blocking) in the queue for its GPUs (``priority``: higher goes
+    first). Bad input fails before anything is reserved or logged; once a GPU is reserved it is
+    released whatever happens."""
     backend = backend or LocalBackend(settings)
     service = PlacementService(settings, profile_name, backend)
     training_command(spec)  # a job that cannot be launched fails before it waits
     job = service.plan(spec, f"{spec.display_name}-{uuid.uuid4().hex[:8]}", [g.gpu_type for g in backend.gpus])
     acquired = service.book(job.demand, owner, placement_timeout_s,
-                            expected_runtime_s=expected_runtime_s(settings, spec, job.features.dataset))
+                            expected_runtime_s=expected_runtime_s(settings, spec, job.features.dataset), priority=priority)
     return run_booked(job, acquired, settings, backend, service, owner, context_tags, on_launch)
 
 
@@ -96,13 +98,13 @@ class QueuedJob:
 
 
 def queue_job(spec: JobSpec, settings: Settings, owner: str, profile_name: str | None = None,
-              backend: LocalBackend | None = None) -> QueuedJob:
+              backend: LocalBackend | None = None, priority: int = 0) -> QueuedJob:
     """Plan the job, queue it and look once: what a deferrable task does before it defers."""
     backend = backend or LocalBackend(settings)
     service = PlacementService(settings, profile_name, backend)
     training_command(spec)
     job = service.plan(spec, f"{spec.display_name}-{uuid.uuid4().hex[:8]}", [g.gpu_type for g in backend.gpus])
-    entry = service.enqueue(job.demand, owner, expected_runtime_s(settings, spec, job.features.dataset))
+    entry = service.enqueue(job.demand, owner, expected_runtime_s(settings, spec, job.features.dataset), priority)
     try:
         seen = service.look(entry.entry_id)
         acquired = service.take(seen) if seen.status == "booked" else None

@@ -87,23 +87,24 @@ class PlacementService:
         return place(demand, state, self.profile, self.interference)
 
     def book(self, demand: Demand, owner: str, timeout_s: float, state: ClusterState | None = None,
-             expected_runtime_s: float | None = None) -> Acquired:
+             expected_runtime_s: float | None = None, priority: int = 0) -> Acquired:
         """Make the owner's earlier tries safe (:meth:`Backend.reclaim`), then place and book.
-        ``state`` is a snapshot the caller already read, decided on first."""
+        ``state`` is a snapshot the caller already read, decided on first. ``priority`` orders the queue
+        (higher first), where the backend keeps one."""
         backend = self._booking()
         backend.reclaim(owner)
         if isinstance(backend, QueueingBackend):  # the local backend: through the queue, in the policy's order
             return wait_in_queue(backend, demand, self.profile, owner, timeout_s, self.interference, state=state,
-                                 pool=pool_of(owner), expected_runtime_s=expected_runtime_s)
+                                 pool=pool_of(owner), expected_runtime_s=expected_runtime_s, priority=priority)
         return acquire(backend, demand, self.profile, owner, timeout_s, self.interference, state=state)
 
-    def enqueue(self, demand: Demand, owner: str, expected_runtime_s: float | None = None) -> QueueEntry:
+    def enqueue(self, demand: Demand, owner: str, expected_runtime_s: float | None = None, priority: int = 0) -> QueueEntry:
         """Make the owner's earlier tries safe, then queue the demand (refused at once if no idle GPU could
         take it) without waiting: a deferrable task waits in a trigger instead (:meth:`look`)."""
         backend = self._queueing()
         backend.reclaim(owner)
         return enqueue_demand(backend, demand, self.profile, owner, self.interference, pool=pool_of(owner),
-                              expected_runtime_s=expected_runtime_s)
+                              expected_runtime_s=expected_runtime_s, priority=priority)
 
     def look(self, entry_id: str) -> Look:
         """Run a scheduling round and read the entry back."""

@@ -59,6 +59,8 @@ _INVALID_OPERATORS = {  # arguments -> what the import error must say
     'model="m.onnx", batch_size=32': "an ONNX model ('m.onnx') cannot be trained by the built-in trainer",
     'model="resnet18", batch_size=32, command="python \'train.py"': "does not split into arguments (No closing quotation)",
     'model="resnet18", batch_size=32, placement_timeout=0': "placement_timeout (seconds to wait for GPUs) must be > 0",
+    'model="resnet18", batch_size=32, queue_priority=1.5': "queue_priority (higher is placed first) must be a whole number",
+    'model="resnet18", batch_size=32, queue_priority=2**40': "queue_priority (higher is placed first) must be a whole number >= -1e+09",
 }
 
 

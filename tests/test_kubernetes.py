@@ -294,21 +294,22 @@ def test_many_placements_at_once_never_over_commit(fake: FakeKubeApi, tmp_path: 
 # --- the queue ------------------------------------------------------------------------------------
 def test_a_round_books_the_queue_in_order_in_one_write_and_the_rest_wait_with_a_reason(fake: FakeKubeApi, tmp_path: Path) -> None:
     backend = backend_for(fake, tmp_path)
-    entries = [backend.enqueue(f"dag/t{i}/run/-1", demand(f"j{i}"), "exclusive") for i in range(9)]
+    entries = [backend.enqueue(f"dag/t{i}/run/-1", demand(f"j{i}"), "exclusive", priority=int(i == 8)) for i in range(9)]
     writes = fake.requests["PUT horus-ledger"]
     outcome = run_round(backend, max_bookings=0)
     assert fake.requests["PUT horus-ledger"] == writes + 1  # bookings and reasons in one PUT
-    assert [entry.entry_id for entry, _, _ in outcome.booked] == [e.entry_id for e in entries[:7]]  # FIFO: 7 healthy GPUs
-    assert len({r.gpu_ids for _, r, _ in outcome.booked}) == 7
+    in_order = [entries[8], *entries[:8]]  # FIFO on 7 healthy GPUs, the higher priority first
+    assert [entry.entry_id for entry, _, _ in outcome.booked] == [e.entry_id for e in in_order[:7]]
+    assert len({r.gpu_ids for _, r, _ in outcome.booked}) == 7 and outcome.booked[0][0].priority == 1
     version, waiting = backend.queue()
-    assert [e.entry_id for e in waiting] == [e.entry_id for e in entries[7:]]
+    assert [e.entry_id for e in waiting] == [e.entry_id for e in entries[6:8]]
     assert "no feasible GPU" in waiting[0].reason and waiting[1].reason == "a queued job with the same demand does not fit now"
     for entry, _, _ in outcome.booked[:1]:
         backend.take(entry.entry_id)
         backend.release(backend.reservation(entry.reservation_id or "") or outcome.booked[0][1])
     again = run_round(backend)
-    assert [entry.entry_id for entry, _, _ in again.booked] == [entries[7].entry_id]  # the oldest waiting goes next
-    assert backend.queue_entry(entries[0].entry_id) is None  # taken: out of the ConfigMap
+    assert [entry.entry_id for entry, _, _ in again.booked] == [entries[6].entry_id]  # the oldest waiting goes next
+    assert backend.queue_entry(entries[8].entry_id) is None  # taken: out of the ConfigMap
     assert set(backend.waits(3600)) == {"default"}
 
 

@@ -24,6 +24,7 @@ from horus_airflow.placement import (
     schedule,
 )
 from horus_airflow.placement.profiles import parse_profile
+from horus_airflow.placement.rounds import scheduling_round
 from horus_airflow.placement.state import crashed_pair
 from horus_airflow.predictor import Demand, GpuDemand
 
@@ -259,6 +260,27 @@ def test_queue_policies_order_the_waiting_jobs() -> None:
     assert order["lookahead"] == ["e", "d", "b", "c", "a"]  # the five oldest, lowest predicted util first
     assert order["shortest-first"][0] == "c"
     assert order["credit"][0] == "d"
+
+
+def test_a_higher_priority_goes_first_in_every_policy_and_the_policy_orders_within_one() -> None:
+    jobs = [waiting("a", 90, 0), waiting("b", 20, 1), waiting("c", 50, 2, expected_runtime_s=10.0),
+            waiting("d", 10, 3, queue="team-b"), waiting("e", 5, 4), waiting("f", 1, 5),
+            waiting("urgent", 95, 6, priority=5, expected_runtime_s=500.0), waiting("late", 80, 7, priority=5)]
+    for name in ("fifo", "lookahead", "shortest-first", "credit", "remaining-time"):
+        order = [w.demand.job_id for w in load_profile_with_queue(name).queue.order(jobs, {"team-b": 9.0})]
+        assert order[0] in ("urgent", "late") and ("late" in order[:2] or name == "fifo"), (name, order)
+        assert set(order[:2]) <= {"urgent", "late"}, (name, order)
+    order = [w.demand.job_id for w in load_profile_with_queue("lookahead").queue.order(jobs)]
+    assert order == ["late", "urgent", "b", "c", "a"]  # the head: both of priority 5, then the three oldest; lowest util first in each
+    low = [replace(w, priority=-1) if w.demand.job_id == "a" else w for w in jobs[:6]]
+    assert [w.demand.job_id for w in load_profile_with_queue("fifo").queue.order(low)] == ["b"]
+    # a job placed ahead of one of a lower priority is no skip of it: priority is no starvation
+    state = ClusterState((gpu(0), gpu(1)))
+    result = scheduling_round([waiting("low", 30, 0, priority=-1), waiting("high", 30, 1)], state, load_profile("horus-paper"), limit=1)
+    assert [c.job.demand.job_id for c in result.chosen] == ["high"] and [h.job.skips for h in result.held] == [0]
+    huge = Waiting(demand(30, 500_000, job="huge"), 1, priority=1)  # ahead in the queue, fits nowhere: passed over
+    result = scheduling_round([waiting("low", 30, 0, priority=-1), huge], state, load_profile("horus-paper"))
+    assert [c.job.demand.job_id for c in result.chosen] == ["low"] and [(h.job.demand.job_id, h.job.skips) for h in result.held] == [("huge", 1)]
 
 
 def test_a_starving_job_is_tried_first() -> None:

@@ -354,3 +354,27 @@ def test_a_release_books_the_queue_onto_the_gpus_it_freed_at_once(backend: Local
     assert "the scheduling round after a release failed (OperationalError: disk I/O error)" in caplog.text
     assert backend.queue_entry(later.entry_id).status(backend.now()) == "waiting"
     assert all(not g.residents for g in backend.snapshot().gpus)
+
+
+def test_a_later_entry_of_a_higher_priority_is_booked_first_and_a_ledger_without_priorities_gets_them(
+        backend: LocalBackend) -> None:
+    from horus_airflow.backends.ledger import LedgerReader
+    from horus_airflow.ui.model import queue_rows
+
+    hold = backend.ledger.reserve(0, "held", "d/h/r/-1", [Booking("local/0", 100, 100, 70_000)], backend.now(), 600)
+    old = backend.enqueue("d/old/r/-1", _demand("old", 40), "exclusive")
+    urgent = backend.enqueue("d/urgent/r/-1", _demand("urgent", 40), "exclusive", priority=10)
+    assert LocalBackend(backend.settings).queue_entry(urgent.entry_id).priority == 10
+    assert [r.entry.entry_id for r in queue_rows(LedgerReader(backend.settings.ledger_path).queue(backend.now()), backend.now())] \
+        == [urgent.entry_id, old.entry_id]
+    outcome = run_round(backend)  # fifo: the head of the queue is the highest priority's oldest
+    assert [e.entry_id for e, _, _ in outcome.booked] == [urgent.entry_id]
+    assert backend.queue_entry(old.entry_id).skips == 0
+    backend.release(hold)
+
+    with sqlite3.connect(backend.settings.ledger_path) as conn:  # as a ledger written before priorities was
+        conn.execute("ALTER TABLE queue DROP COLUMN priority")
+    assert [e.priority for e in LedgerReader(backend.settings.ledger_path).queue(backend.now())] == [0]
+    reopened = LocalBackend(backend.settings)
+    assert reopened.queue_entry(old.entry_id).priority == 0 and [e.entry_id for e in reopened.queue()[1]] == [old.entry_id]
+    assert [e.entry_id for e, _, _ in run_round(reopened).booked] == [old.entry_id]

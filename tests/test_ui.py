@@ -147,14 +147,16 @@ def test_the_queue_shows_each_waiting_task_its_place_and_why_it_waits(tmp_path: 
     assert client.get("/api/v1/queue").json() == {"source": "local", "note": None, "queue": []}  # no ledger yet
     backend = LocalBackend(settings)
     backend.ledger.reserve(0, "holder", "other_dag/hold/r/-1", [Booking("local/0", 90, 95, 70_000)], backend.now(), 600)
-    for name, util in (("first", 40), ("second", 30)):
-        backend.enqueue(f"q_dag/{name}/manual__1/-1", Demand(f"{name}-1", 1, {"a100-80gb": GpuDemand(util, 50, 8_000)}), "exclusive")
+    for name, util, priority in (("first", 40, 0), ("second", 30, 0), ("urgent", 20, 3)):
+        backend.enqueue(f"q_dag/{name}/manual__1/-1", Demand(f"{name}-1", 1, {"a100-80gb": GpuDemand(util, 50, 8_000)}), "exclusive",
+                        priority=priority)
     run_round(backend)
     body = client.get("/api/v1/queue").json()
-    assert [q["position"] for q in body["queue"]] == [1, 2]
-    first, second = body["queue"]
-    assert first["task"]["task_id"] == "first" and first["predicted"] == {"a100-80gb": {"util": 40.0, "mem_mib": 8000}}
-    assert first["reason"].startswith("no feasible GPU (local/0: memory-fit")
+    assert [(q["position"], q["task"]["task_id"], q["priority"]) for q in body["queue"]] == [(1, "urgent", 3), (2, "first", 0),
+                                                                                              (3, "second", 0)]
+    urgent, first, second = body["queue"]
+    assert first["predicted"] == {"a100-80gb": {"util": 40.0, "mem_mib": 8000}}
+    assert urgent["reason"].startswith("no feasible GPU (local/0: memory-fit")  # the head of the queue: the one fifo tries
     assert "waits its turn: the fifo queue policy" in second["reason"] and first["waited_s"] >= 0
 
 

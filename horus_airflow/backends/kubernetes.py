@@ -543,12 +543,13 @@ class KubernetesBackend:
         return self.clock()
 
     def enqueue(self, owner: str, demand: Demand, profile: str, pool: str = "default",
-                expected_runtime_s: float | None = None) -> QueueEntry:
+                expected_runtime_s: float | None = None, priority: int = 0) -> QueueEntry:
         """Queue ``owner``'s demand; an entry an earlier try of the owner left waiting leaves the queue. An
         owner that still holds a live booking (a restarted worker re-attaching to its pod) gets an entry
         already booked with it, as :meth:`write_entry` hands the booking back."""
         now = self.clock()
-        entry = QueueEntry(uuid.uuid4().hex, owner, demand, profile, pool, now, now + self.options.lease_s, expected_runtime_s)
+        entry = QueueEntry(uuid.uuid4().hex, owner, demand, profile, pool, now, now + self.options.lease_s, expected_runtime_s,
+                           priority=priority)
 
         def queued(ledger: _LedgerRead) -> tuple[dict[str, str], QueueEntry]:
             data = _without_stale_entries(ledger, now)

@@ -78,7 +78,8 @@ CREATE TABLE IF NOT EXISTS queue (
     reason TEXT NOT NULL DEFAULT '',
     reservation_id TEXT,
     round TEXT,
-    left_at REAL
+    left_at REAL,
+    priority INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS queue_waiting ON queue (left_at, reservation_id, enqueued_at);
 CREATE INDEX IF NOT EXISTS queue_reservation ON queue (reservation_id);
@@ -147,8 +148,8 @@ class Reservation:
 
 @dataclass(frozen=True)
 class QueueEntry:
-    """A task waiting for GPUs: its demand, the profile it is placed with and its credit ``pool``.
-    ``reason`` says why the last round left it waiting; ``reservation_id`` is set once a round booked it
+    """A task waiting for GPUs: its demand, the profile it is placed with, its credit ``pool`` and its
+    ``priority`` (higher goes first in every queue policy). ``reason`` says why the last round left it waiting; ``reservation_id`` is set once a round booked it
     (``round`` names that round); ``left_at`` once it left the queue, booked and taken or given up."""
 
     entry_id: str
@@ -164,6 +165,7 @@ class QueueEntry:
     reservation_id: str | None = None
     round: str | None = None
     left_at: float | None = None
+    priority: int = 0
 
     def to_json(self) -> str:
         """The entry as a ledger that keeps JSON stores it (the Kubernetes backend's ConfigMap)."""
@@ -176,7 +178,8 @@ class QueueEntry:
 
     def waiting(self, now: float) -> Waiting:
         """The entry as the queue policies see it."""
-        return Waiting(self.demand, self.enqueued_at, now - self.enqueued_at, self.skips, self.expected_runtime_s, self.pool)
+        return Waiting(self.demand, self.enqueued_at, now - self.enqueued_at, self.skips, self.expected_runtime_s, self.pool,
+                       self.priority)
 
     def status(self, now: float) -> str:
         if self.reservation_id is not None:
@@ -268,7 +271,7 @@ class LiveBookings:
 
 
 _QUEUE_COLUMNS = ("entry_id, owner, demand, profile, pool, enqueued_at, lease_expires_at, expected_runtime_s, skips, "
-                  "reason, reservation_id, round, left_at")
+                  "reason, reservation_id, round, left_at, priority")
 _WAITING_WHERE = "WHERE left_at IS NULL AND reservation_id IS NULL AND lease_expires_at > ? ORDER BY enqueued_at, entry_id"
 _WAITING = f"SELECT {_QUEUE_COLUMNS} FROM queue {_WAITING_WHERE}"
 _WAITING_BUT_DEMAND = f"SELECT {_QUEUE_COLUMNS.replace(' demand,', '')} FROM queue {_WAITING_WHERE}"
@@ -318,17 +321,18 @@ class SqliteLedger:
         return reservation
 
     def enqueue(self, owner: str, demand: Demand, profile: str, pool: str, now: Now, lease_s: float,
-                expected_runtime_s: float | None = None) -> QueueEntry:
+                expected_runtime_s: float | None = None, priority: int = 0) -> QueueEntry:
         """Queue ``owner``'s demand; an entry an earlier try of the owner left waiting leaves the queue.
         Bumps the version, so a round decided without this entry decides again."""
         with self._write() as conn:
             now = _at(now)
-            entry = QueueEntry(uuid.uuid4().hex, owner, demand, profile, pool, now, now + lease_s, expected_runtime_s)
+            entry = QueueEntry(uuid.uuid4().hex, owner, demand, profile, pool, now, now + lease_s, expected_runtime_s,
+                               priority=priority)
             conn.execute("UPDATE queue SET left_at = ?, reason = 'replaced by a later try' "
                          "WHERE owner = ? AND left_at IS NULL AND reservation_id IS NULL", (now, owner))
-            conn.execute(f"INSERT INTO queue (job_id, {_QUEUE_COLUMNS}) VALUES ({', '.join('?' * 14)})",
+            conn.execute(f"INSERT INTO queue (job_id, {_QUEUE_COLUMNS}) VALUES ({', '.join('?' * 15)})",
                          (demand.job_id, entry.entry_id, owner, json.dumps(demand.to_dict()), profile, pool, now,
-                          entry.lease_expires_at, expected_runtime_s, 0, "", None, None, None))
+                          entry.lease_expires_at, expected_runtime_s, 0, "", None, None, None, priority))
             conn.execute("UPDATE ledger_version SET version = version + 1")
         return entry
 
@@ -539,13 +543,15 @@ class LedgerReader:
         return found[0] if found else None
 
     def queue(self, now: float) -> list[QueueEntry]:
-        """The entries waiting now, oldest first (none in a ledger written before the queue existed)."""
+        """The entries waiting now, oldest first (none in a ledger written before the queue existed; priority
+        0 in one written before priorities)."""
         if not self.exists:
             return []
         with closing(self._connect()) as conn:
-            if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'queue'").fetchone() is None:
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(queue)")}
+            if not columns:
                 return []
-            rows = conn.execute(_WAITING, (now,)).fetchall()
+            rows = conn.execute(_WAITING if "priority" in columns else _WAITING.replace(", priority", ", 0"), (now,)).fetchall()
         return [_entry(row) for row in rows]
 
     def _entries(self, where: str, params: tuple[object, ...], limit: int) -> list[JournalEntry]:
@@ -594,9 +600,11 @@ def _active(conn: sqlite3.Connection, now: float) -> tuple[int, dict[str, list[R
 
 
 def _add_missing_columns(conn: sqlite3.Connection) -> None:
-    """Columns a ledger written by an earlier release lacks: interference signatures, change counts."""
+    """Columns a ledger written by an earlier release lacks: interference signatures, change counts,
+    queue priorities."""
     for table, column, kind in (("reservations", "signature", "TEXT NOT NULL DEFAULT ''"),
                                 ("reservations", "changed", "INTEGER NOT NULL DEFAULT 0"),
+                                ("queue", "priority", "INTEGER NOT NULL DEFAULT 0"),
                                 ("ledger_version", "changes", "INTEGER NOT NULL DEFAULT 0")):
         if column not in {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}:
             conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
@@ -645,11 +653,11 @@ def _entry(row: tuple[object, ...]) -> QueueEntry:
 
 def _queue_entry(columns: tuple[object, ...], demand: Demand) -> QueueEntry:
     """An entry from its queue columns but the demand, and the demand (parsed once by whoever keeps it)."""
-    entry_id, owner, profile, pool, enqueued, expires, runtime, skips, reason, reservation_id, round_id, left_at = columns
+    entry_id, owner, profile, pool, enqueued, expires, runtime, skips, reason, reservation_id, round_id, left_at, priority = columns
     return QueueEntry(str(entry_id), str(owner), demand, str(profile), str(pool),
                       float(enqueued), float(expires), None if runtime is None else float(runtime), int(skips),
                       str(reason), None if reservation_id is None else str(reservation_id),
-                      None if round_id is None else str(round_id), None if left_at is None else float(left_at))
+                      None if round_id is None else str(round_id), None if left_at is None else float(left_at), int(priority))
 
 
 def _text(signature: Signature) -> str:

@@ -152,8 +152,9 @@ class LocalBackend:
         return self.clock()
 
     def enqueue(self, owner: str, demand: Demand, profile: str, pool: str = "default",
-                expected_runtime_s: float | None = None) -> QueueEntry:
-        return self.ledger.enqueue(owner, demand, profile, pool, self.clock, self.settings.lease_seconds, expected_runtime_s)
+                expected_runtime_s: float | None = None, priority: int = 0) -> QueueEntry:
+        return self.ledger.enqueue(owner, demand, profile, pool, self.clock, self.settings.lease_seconds, expected_runtime_s,
+                                   priority)
 
     def queue(self) -> tuple[int, list[QueueEntry]]:
         return self.ledger.queue(self.clock())

@@ -47,7 +47,7 @@ class QueueingBackend(Backend, Protocol):
     """A backend whose ledger also keeps the queue (the local backend's SQLite file)."""
 
     def enqueue(self, owner: str, demand: Demand, profile: str, pool: str = "default",
-                expected_runtime_s: float | None = None) -> QueueEntry: ...
+                expected_runtime_s: float | None = None, priority: int = 0) -> QueueEntry: ...
 
     def queue(self) -> tuple[int, list[QueueEntry]]:
         """The ledger version and the entries waiting now, oldest first."""
@@ -248,10 +248,11 @@ def enqueue_demand(
     state: ClusterState | None = None,
     pool: str = "default",
     expected_runtime_s: float | None = None,
+    priority: int = 0,
 ) -> QueueEntry:
     """Queue the demand; one no idle GPU could take is refused first (it would wait forever)."""
     refuse_unplaceable(demand, state if state is not None else backend.snapshot(), profile, interference)
-    return backend.enqueue(owner, demand, profile.reference, pool, expected_runtime_s)
+    return backend.enqueue(owner, demand, profile.reference, pool, expected_runtime_s, priority)
 
 
 @dataclass(frozen=True)
@@ -327,11 +328,12 @@ def wait_in_queue(
     poll_s: float = 2.0,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    priority: int = 0,
 ) -> Acquired:
     """Queue the demand and wait, blocking, until a round books it (:func:`enqueue_demand`, then
     :func:`wait_for_booking`)."""
     started = clock()
-    entry = enqueue_demand(backend, demand, profile, owner, interference, state, pool, expected_runtime_s)
+    entry = enqueue_demand(backend, demand, profile, owner, interference, state, pool, expected_runtime_s, priority)
     acquired = wait_for_booking(backend, entry, profile, timeout_s, interference, poll_s, clock, sleep)
     return replace(acquired, seconds=clock() - started)
 

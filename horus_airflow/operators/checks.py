@@ -10,7 +10,9 @@ from collections.abc import Sequence
 from horus_airflow.errors import InvalidJobError
 from horus_airflow.jobs import PRECISIONS, JobSpec, require_trainer
 from horus_airflow.names import DATASETS, MODELS, is_onnx, is_user_module, require_profile, unknown
-from horus_airflow.validation import in_range
+from horus_airflow.validation import in_range, whole
+
+QUEUE_PRIORITY_LIMIT = 1_000_000_000  # as Kubernetes bounds a user's PriorityClass values
 
 
 def is_template(value: object) -> bool:
@@ -73,6 +75,13 @@ def check_profile(profile: str | None) -> None:
     where it may live on the workers only)."""
     if profile is not None and not is_template(profile):
         require_profile(profile)
+
+
+def check_queue_priority(priority: int) -> None:
+    try:
+        whole(priority, "queue_priority (higher is placed first)", -QUEUE_PRIORITY_LIMIT, QUEUE_PRIORITY_LIMIT)
+    except ValueError as exc:
+        raise InvalidJobError(str(exc)) from None
 
 
 def check_placement_timeout(seconds: float, poll_interval: float = 2.0) -> None:

@@ -25,7 +25,7 @@ from horus_airflow.errors import (
     NoPlacementError,
 )
 from horus_airflow.jobs import JobSpec
-from horus_airflow.operators.checks import check_job, check_placement_timeout, check_profile
+from horus_airflow.operators.checks import check_job, check_placement_timeout, check_profile, check_queue_priority
 from horus_airflow.operators.failures import as_airflow_errors
 from horus_airflow.operators.owner import task_owner
 from horus_airflow.settings import Settings
@@ -65,6 +65,8 @@ class HorusKubernetesPodOperator(KubernetesPodOperator):
     :param profile: placement profile (docs/PLACEMENT.md) or a YAML path; default ``HORUS_PROFILE``.
     :param binding: ``visible-devices`` (default), ``hybrid`` or ``device-plugin`` (docs/KUBERNETES.md).
     :param placement_timeout: seconds to wait for free GPUs before failing.
+    :param queue_priority: a whole number; a queued pod of a higher one is placed before any of a lower
+        one, whatever the queue policy. Default 0 (as :class:`HorusTrainingOperator`'s).
     :param dry_run_state: a cluster-state JSON (docs/PLACEMENT.md) to place against in ``dry_run()``,
         which reads no cluster; without it a dry run builds the pod unplaced.
     """
@@ -83,6 +85,7 @@ class HorusKubernetesPodOperator(KubernetesPodOperator):
         profile: str | None = None,
         binding: str = "visible-devices",
         placement_timeout: float = 600.0,
+        queue_priority: int = 0,
         dry_run_state: str | None = None,
         **kwargs: Any,
     ) -> None:
@@ -93,6 +96,7 @@ class HorusKubernetesPodOperator(KubernetesPodOperator):
                   command_required_for_onnx=False)  # the pod's image trains it
         check_profile(profile)
         check_placement_timeout(placement_timeout)
+        check_queue_priority(queue_priority)
         self.model = model
         self.batch_size = batch_size
         self.dataset = dataset
@@ -102,6 +106,7 @@ class HorusKubernetesPodOperator(KubernetesPodOperator):
         self.profile = profile
         self.binding = binding
         self.placement_timeout = placement_timeout
+        self.queue_priority = queue_priority
         self.dry_run_state = dry_run_state
         self._owner: str | None = None
         self._booked: tuple[Demand, Acquired] | None = None  # what a queued wait booked, for build_pod_request_obj
@@ -124,7 +129,7 @@ class HorusKubernetesPodOperator(KubernetesPodOperator):
             first = self._gpu_snapshot(backend)
             service = self._service(backend)
             demand = service.plan(self._job_spec(), f"{self.task_id}-{uuid.uuid4().hex[:8]}", [g.gpu_type for g in first.gpus]).demand
-            entry = service.enqueue(demand, self._owner)
+            entry = service.enqueue(demand, self._owner, priority=self.queue_priority)
             seen = service.look(entry.entry_id)
             if seen.status == "booked":
                 self._booked = (demand, service.take(seen))
@@ -221,7 +226,7 @@ class HorusKubernetesPodOperator(KubernetesPodOperator):
         else:
             first = self._gpu_snapshot(backend)
             demand = service.plan(spec, pod.metadata.name, [g.gpu_type for g in first.gpus]).demand
-            acquired = service.book(demand, self._owner, self.placement_timeout, state=first)
+            acquired = service.book(demand, self._owner, self.placement_timeout, state=first, priority=self.queue_priority)
         try:
             entry = backend.entry_of(acquired.reservation)
             placed = self._placed_gpus(entry, acquired.state)

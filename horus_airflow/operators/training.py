@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator, Context, conf
 from airflow.sdk.exceptions import AirflowException
 
-from horus_airflow.operators.checks import check_job, check_placement_timeout, check_profile, command_argv
+from horus_airflow.operators.checks import check_job, check_placement_timeout, check_profile, check_queue_priority, command_argv
 from horus_airflow.operators.failures import as_airflow_errors
 from horus_airflow.operators.owner import task_owner
 from horus_airflow.settings import Settings
@@ -41,6 +41,9 @@ class HorusTrainingOperator(BaseOperator):
     :param profile: placement profile: ``exclusive``, ``gandiva-pack``, ``binpack``, ``spread``, ``horus-paper``,
         ``horus-ml`` (docs/PLACEMENT.md) or a YAML path; default ``HORUS_PROFILE`` or ``horus-paper``.
     :param placement_timeout: seconds to wait for a GPU before failing.
+    :param queue_priority: a whole number; a queued job of a higher one is placed before any of a lower
+        one, whatever the queue policy (which orders jobs of one priority). Default 0. Not Airflow's
+        ``priority_weight``, which orders executor slots and by default sums the downstream tasks'.
     :param deferrable: while its job is queued, wait in the triggerer (:class:`~horus_airflow.triggers.BookingTrigger`),
         holding no worker slot; ``False`` waits in the worker. Default: Airflow's
         ``[operators] default_deferrable``. Either way the job waits in the ledger's queue, and a
@@ -68,6 +71,7 @@ class HorusTrainingOperator(BaseOperator):
         command: list[str] | str | None = None,
         profile: str | None = None,
         placement_timeout: float = 600.0,
+        queue_priority: int = 0,
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         poll_interval: float = 2.0,
         **kwargs: Any,
@@ -77,6 +81,7 @@ class HorusTrainingOperator(BaseOperator):
                   steps=steps, command=command)
         check_profile(profile)
         check_placement_timeout(placement_timeout, poll_interval)
+        check_queue_priority(queue_priority)
         self.model = model
         self.batch_size = batch_size
         self.dataset = dataset
@@ -87,6 +92,7 @@ class HorusTrainingOperator(BaseOperator):
         self.command = command
         self.profile = profile
         self.placement_timeout = placement_timeout
+        self.queue_priority = queue_priority
         self.deferrable = deferrable
         self.poll_interval = poll_interval
         self._job: LaunchedJob | None = None
@@ -103,12 +109,12 @@ class HorusTrainingOperator(BaseOperator):
             if not self.deferrable:
                 outcome = run_job(spec, settings, owner=task_owner(ti), profile_name=self.profile,
                                   placement_timeout_s=self.placement_timeout, context_tags=_tags(ti),
-                                  on_launch=self._remember)
+                                  on_launch=self._remember, priority=self.queue_priority)
                 return self._finished(outcome)
             from horus_airflow.backends import LocalBackend
 
             backend = LocalBackend(settings)
-            queued = queue_job(spec, settings, task_owner(ti), self.profile, backend)
+            queued = queue_job(spec, settings, task_owner(ti), self.profile, backend, self.queue_priority)
             if queued.acquired is not None:
                 outcome = run_booked(queued.job, queued.acquired, settings, backend, queued.service,
                                      task_owner(ti), _tags(ti), self._remember)

@@ -15,19 +15,20 @@ from __future__ import annotations
 import math
 import operator
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Mapping, Protocol, Sequence
 
 from horus_airflow.predictor.demand import Demand
 from horus_airflow.validation import in_range, whole
 
-_ARRIVAL = operator.attrgetter("arrival")  # a C-level key: a round sorts the whole queue once per job it places
+_QUEUE_ORDER = operator.attrgetter("rank")  # a C-level key: a round sorts the whole queue once per job it places
 
 
 @dataclass(frozen=True)
 class Waiting:
-    """A job in the queue. ``arrival`` orders jobs (any clock); ``skips`` counts the times a later job
-    was placed ahead of it; ``queue`` is its credit queue (team or user) for ``credit``."""
+    """A job in the queue. The queue's order is ``rank``: higher ``priority`` first, then earlier
+    ``arrival`` (any clock); ``skips`` counts the times a job behind it in that order was placed ahead
+    of it; ``queue`` is its credit queue (team or user) for ``credit``."""
 
     demand: Demand
     arrival: float
@@ -35,6 +36,11 @@ class Waiting:
     skips: int = 0
     expected_runtime_s: float | None = None
     queue: str = "default"
+    priority: int = 0
+    rank: tuple[int, float] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rank", (-self.priority, self.arrival))
 
     @property
     def now(self) -> float:
@@ -52,11 +58,13 @@ class QueuePolicy(Protocol):
     backfill: bool  # while a starving job does not fit: others may use what is not held for it
 
     def order(self, waiting: Sequence[Waiting], credits: Mapping[str, float] | None = None) -> list[Waiting]:
-        """The jobs to try, best first (starvation aside: :meth:`starving` says who goes before all)."""
+        """The jobs to try, best first (starvation aside: :meth:`starving` says who goes before all).
+        A higher priority goes first in every policy; the policy orders jobs of one priority."""
         ...
 
     def starving(self, waiting: Sequence[Waiting]) -> Waiting | None:
-        """The oldest job past the policy's bound (skips or wait), which goes first and is held for."""
+        """The first job in queue order past the policy's bound (skips or wait), which goes first and is
+        held for, whatever its priority: ``max_wait_s`` bounds every wait."""
         ...
 
 
@@ -75,18 +83,19 @@ class _Bounded:
 
     def starving(self, waiting: Sequence[Waiting]) -> Waiting | None:
         hungry = [w for w in waiting if w.skips >= self.max_skips or w.waited_s >= self.max_wait_s]
-        return min(hungry, key=_ARRIVAL) if hungry else None
+        return min(hungry, key=_QUEUE_ORDER) if hungry else None
 
 
 @dataclass(frozen=True)
 class Fifo:
-    """Strict arrival order: only the oldest job is tried (head-of-line blocking, the baseline)."""
+    """Strict queue order: only the head (the oldest of the highest priority) is tried (head-of-line
+    blocking, the baseline)."""
 
     name = "fifo"
     backfill = False
 
     def order(self, waiting: Sequence[Waiting], credits: Mapping[str, float] | None = None) -> list[Waiting]:
-        return [min(waiting, key=_ARRIVAL)] if waiting else []
+        return [min(waiting, key=_QUEUE_ORDER)] if waiting else []
 
     def starving(self, waiting: Sequence[Waiting]) -> Waiting | None:
         return None
@@ -94,7 +103,7 @@ class Fifo:
 
 @dataclass(frozen=True)
 class Lookahead(_Bounded):
-    """The paper's: among the ``k`` oldest jobs, lowest predicted utilization first."""
+    """The paper's: among the ``k`` jobs at the head of the queue, lowest predicted utilization first."""
 
     k: int = 5
     max_skips: int = 10
@@ -106,13 +115,14 @@ class Lookahead(_Bounded):
         _check_window(self.k, self.max_skips, self.max_wait_s)
 
     def order(self, waiting: Sequence[Waiting], credits: Mapping[str, float] | None = None) -> list[Waiting]:
-        window = sorted(waiting, key=_ARRIVAL)[: self.k]
-        return sorted(window, key=lambda w: (w.mean_util, w.arrival))
+        window = sorted(waiting, key=_QUEUE_ORDER)[: self.k]
+        return sorted(window, key=lambda w: (-w.priority, w.mean_util, w.arrival))
 
 
 @dataclass(frozen=True)
 class ShortestFirst(_Bounded):
-    """Shortest expected runtime first among the ``k`` oldest (0: all); unknown runtimes go last."""
+    """Shortest expected runtime first among the ``k`` at the head of the queue (0: all); unknown
+    runtimes go last."""
 
     k: int = 0
     max_skips: int = 10
@@ -124,9 +134,10 @@ class ShortestFirst(_Bounded):
         _check_window(self.k, self.max_skips, self.max_wait_s, smallest_k=0)
 
     def order(self, waiting: Sequence[Waiting], credits: Mapping[str, float] | None = None) -> list[Waiting]:
-        window = sorted(waiting, key=_ARRIVAL)
+        window = sorted(waiting, key=_QUEUE_ORDER)
         window = window[: self.k] if self.k else window
-        return sorted(window, key=lambda w: (math.inf if w.expected_runtime_s is None else w.expected_runtime_s, w.arrival))
+        return sorted(window, key=lambda w: (-w.priority, math.inf if w.expected_runtime_s is None else w.expected_runtime_s,
+                                             w.arrival))
 
 
 @dataclass(frozen=True)
@@ -145,15 +156,15 @@ class Credit(_Bounded):
 
     def order(self, waiting: Sequence[Waiting], credits: Mapping[str, float] | None = None) -> list[Waiting]:
         balance = credits or {}
-        return sorted(waiting, key=lambda w: (-balance.get(w.queue, 0.0), w.arrival))[: self.k]
+        return sorted(waiting, key=lambda w: (-w.priority, -balance.get(w.queue, 0.0), w.arrival))[: self.k]
 
 
 @dataclass(frozen=True)
 class RemainingTime(_Bounded):
-    """Least predicted remaining time first, with aging, among the ``window`` oldest jobs (0: all): a
-    job's key is its expected runtime less ``aging`` times the seconds it has waited, so short jobs go
-    first (what lowers mean JCT under queueing) and a long job moves up as it waits instead of
-    starving. The window bounds how far a job arriving later may jump ahead. A job with no expected
+    """Least predicted remaining time first, with aging, among the ``window`` jobs at the head of the
+    queue (0: all): a job's key is its expected runtime less ``aging`` times the seconds it has waited,
+    so short jobs go first (what lowers mean JCT under queueing) and a long job moves up as it waits
+    instead of starving. The window bounds how far a job arriving later may jump ahead. A job with no expected
     runtime is keyed by the median of those that have one. Up to ``k`` jobs are tried per round (0: all).
 
     Aging and the window are the starvation protection here, so ``max_skips`` is off by default: every
@@ -175,10 +186,10 @@ class RemainingTime(_Bounded):
 
     def order(self, waiting: Sequence[Waiting], credits: Mapping[str, float] | None = None) -> list[Waiting]:
         if self.window:
-            waiting = sorted(waiting, key=_ARRIVAL)[: self.window]
+            waiting = sorted(waiting, key=_QUEUE_ORDER)[: self.window]
         known = [w.expected_runtime_s for w in waiting if w.expected_runtime_s is not None]
         typical = statistics.median(known) if known else 0.0
-        ranked = sorted(waiting, key=lambda w: ((typical if w.expected_runtime_s is None else w.expected_runtime_s)
+        ranked = sorted(waiting, key=lambda w: (-w.priority, (typical if w.expected_runtime_s is None else w.expected_runtime_s)
                                                 - self.aging * w.waited_s, w.arrival))
         return ranked[: self.k] if self.k else ranked
 

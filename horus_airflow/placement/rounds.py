@@ -54,8 +54,8 @@ def scheduling_round(
     limit: int = 0,
 ) -> RoundResult:
     """Place waiting jobs one at a time, as the profile's queue policy orders them, each on the state the
-    earlier ones left; a job placed ahead of an older one counts as a skip of the older one (the
-    policies' starvation guard), as in the simulator. ``limit`` > 0 stops after that many jobs (what a
+    earlier ones left; a job placed ahead of one before it in the queue's order (older, or of a higher
+    priority) counts as a skip of that one (the policies' starvation guard), as in the simulator. ``limit`` > 0 stops after that many jobs (what a
     round books in one transaction): the next round, on the state with these bookings and skips, carries
     on where this one stopped."""
     queue = {w.demand.job_id: w for w in waiting}
@@ -80,7 +80,7 @@ def scheduling_round(
         placed = done.job.demand.job_id
         del queue[placed]
         for job_id, other in queue.items():
-            if other.arrival < done.job.arrival:
+            if other.rank < done.job.rank:  # ahead of it in the queue's order, passed over
                 queue[job_id] = replace(other, skips=other.skips + 1)
         chosen.append(Chosen(done.job, done.decision))
         state = _with_booking(state, done.job, done.decision)

@@ -267,7 +267,7 @@ def simulate(
             index = int(done.job.demand.job_id)
             for w in window:
                 other = int(w.demand.job_id)
-                if w.arrival < done.job.arrival and other != index:
+                if w.rank < done.job.rank and other != index:
                     queue = retrying if other in retrying else fresh
                     queue[other] = replace(w, skips=w.skips + 1)
             (retrying if index in retrying else fresh).pop(index)
@@ -315,7 +315,7 @@ def _as_of(job: Waiting, now: float) -> Waiting:
     """The job with its wait up to ``now``. ``dataclasses.replace`` would inspect the fields on every call,
     and this runs for every waiting job in every round."""
     return Waiting(demand=job.demand, arrival=job.arrival, waited_s=now - job.arrival, skips=job.skips,
-                   expected_runtime_s=job.expected_runtime_s, queue=job.queue)
+                   expected_runtime_s=job.expected_runtime_s, queue=job.queue, priority=job.priority)
 
 
 def _resident(entry: _Running, gpu_type: str) -> Resident:

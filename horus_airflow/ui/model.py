@@ -192,7 +192,8 @@ class DecisionRow:
 
 @dataclass(frozen=True)
 class QueueRow:
-    """A task waiting for GPUs as the queue page lists it: its place in arrival order and why the last
+    """A task waiting for GPUs as the queue page lists it: its place in the queue's order (higher priority
+    first, then arrival; :func:`queue_rows`) and why the last
     scheduling round left it waiting (the placer's reason, or its turn under the queue policy)."""
 
     position: int
@@ -211,11 +212,19 @@ class QueueRow:
         entry, task = self.entry, self.task
         return {
             "position": self.position, "entry_id": entry.entry_id, "job_id": entry.demand.job_id, "owner": entry.owner,
-            "task": task.to_json() if task else None, "gpus": entry.demand.gpus, "profile": entry.profile,
+            "task": task.to_json() if task else None, "gpus": entry.demand.gpus, "priority": entry.priority,
+            "profile": entry.profile,
             "pool": entry.pool, "enqueued_at": entry.enqueued_at, "waited_s": round(self.now - entry.enqueued_at, 1),
             "skips": entry.skips, "reason": entry.reason or "queued; no scheduling round has looked at it yet",
             "predicted": {t: {"util": round(d.util, 1), "mem_mib": round(d.mem_mib)} for t, d in entry.demand.per_type.items()},
         }
+
+
+def queue_rows(entries: list[QueueEntry], now: float) -> list[QueueRow]:
+    """The waiting entries numbered in the order every queue policy reads them: higher priority first,
+    then the oldest."""
+    ordered = sorted(entries, key=lambda e: (-e.priority, e.enqueued_at))
+    return [QueueRow(i + 1, entry, now) for i, entry in enumerate(ordered)]
 
 
 def _explanation(text: str | None) -> dict[str, Any] | None:

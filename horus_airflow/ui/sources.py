@@ -27,7 +27,7 @@ from horus_airflow.registry.store import QUICK, client, http_policy, search
 from horus_airflow.settings import Settings
 from horus_airflow.telemetry.samples import Sample
 from horus_airflow.telemetry.wrapper import SAMPLES_FILE
-from horus_airflow.ui.model import ClusterMap, DecisionRow, Measured, Placement, QueueRow
+from horus_airflow.ui.model import ClusterMap, DecisionRow, Measured, Placement, QueueRow, queue_rows
 
 if TYPE_CHECKING:  # the kubernetes client is an optional dependency: imported only by that source
     from horus_airflow.backends.kubernetes import (
@@ -58,7 +58,7 @@ class ClusterSource(Protocol):
     def decision(self, reservation_id: str) -> DecisionRow | None: ...
 
     def queue(self) -> tuple[list[QueueRow], str | None]:
-        """The waiting tasks, oldest first, and a note when this source keeps no queue."""
+        """The waiting tasks in queue order, and a note when this source keeps no queue."""
         ...
 
 
@@ -109,7 +109,7 @@ class LocalSource:
 
     def queue(self) -> tuple[list[QueueRow], str | None]:
         now = self.clock()
-        return [QueueRow(i + 1, entry, now) for i, entry in enumerate(self.ledger.queue(now))], None
+        return queue_rows(self.ledger.queue(now), now), None
 
 
 def _journal_row(entry: JournalEntry, now: float) -> DecisionRow:
@@ -208,7 +208,7 @@ class KubernetesSource:
 
     def queue(self) -> tuple[list[QueueRow], str | None]:
         now = self.clock()
-        return [QueueRow(i + 1, entry, now) for i, entry in enumerate(self._view().queue)], None
+        return queue_rows(self._view().queue, now), None
 
     def _rows(self) -> list[DecisionRow]:
         """Placements whose pods still exist (finished pods are deleted by default; their decisions stay

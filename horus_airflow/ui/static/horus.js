@@ -151,12 +151,12 @@ async function queue() {
       list.innerHTML = `<div class="note">No task is waiting for GPUs. A task that finds none free joins the queue, and appears here with why it waits until a scheduling round books it.</div>`;
       return;
     }
-    list.innerHTML = `<table id="queue"><thead><tr><th>#</th><th>task</th><th>GPUs</th><th>profile</th><th>pred. util</th><th>pred. memory</th><th>waiting</th><th>passed over</th><th>why it waits</th></tr></thead><tbody>${
+    list.innerHTML = `<table id="queue"><thead><tr><th>#</th><th>task</th><th>GPUs</th><th>priority</th><th>profile</th><th>pred. util</th><th>pred. memory</th><th>waiting</th><th>passed over</th><th>why it waits</th></tr></thead><tbody>${
       data.queue.map(q => {
         const predicted = Object.entries(q.predicted);
         const util = predicted.map(([t, d]) => `${fmt(d.util)} % <span class="muted">${esc(t)}</span>`).join("<br>");
         const mem = predicted.map(([t, d]) => `${fmt(d.mem_mib)} MiB`).join("<br>");
-        return `<tr><td>${q.position}</td><td>${taskLink(q.task)}<div class="muted">${esc(q.job_id)}</div></td><td>${q.gpus}</td>
+        return `<tr><td>${q.position}</td><td>${taskLink(q.task)}<div class="muted">${esc(q.job_id)}</div></td><td>${q.gpus}</td><td>${q.priority}</td>
           <td>${esc(q.profile)}</td><td>${util}</td><td>${mem}</td><td>${duration(q.waited_s)}</td><td>${q.skips}</td>
           <td class="reason">${esc(q.reason)}</td></tr>`;
       }).join("")}</tbody></table>`;
