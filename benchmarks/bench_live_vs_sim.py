@@ -6,7 +6,7 @@ The live side is the path a queued task takes, in real processes and wall time: 
 (scaled) arrival and in trace order, queues its demand in a fresh SQLite ledger of a local backend with N
 declared V100s (`enqueue_demand`); a thread per job then waits as the blocking operator does (`wait_for_booking`: a
 scheduling round every 0.25 s, its lease renewed), then runs `sleep` for its scaled duration and releases
-its booking. Airflow is not in the loop: it only hosts that wait (`dag.test()` tests cover the
+its booking, which runs rounds on the GPUs it freed, as the operators' release does. Airflow is not in the loop: it only hosts that wait (`dag.test()` tests cover the
 operator). The simulated side is `simulate()` on the same jobs, demands and interference model.
 
 Printed per profile: Kendall's tau between the live booking order (when a round booked each job, from
@@ -16,8 +16,9 @@ place in both orders, and the makespans (live scaled back to trace seconds).
 Each live replay is compared with two simulations: one whose jobs suffer what measured Gavel pairs say
 (slowed when co-located, crashed when a pair does not fit in memory), as production jobs would, and
 one whose jobs are, like the replay's `sleep`s, never slowed (the like-for-like check of the scheduler).
-What is left then is the live path's own: rounds every 0.25 s (about 10 s of trace time at the default
-scale) where the simulator decides at each event, and the start lag of a booked task's next look.
+What is left then is the live path's own: jobs queued one by one where the simulator sees every
+arrival of an instant at once, and the start lag of a booked task's next look (0.25 s, about 10 s of
+trace time at the default scale).
 
 Jobs: the first of Chronus' Philly-like MIX1 trace (data/traces/chronus, MIT), one-GPU jobs and, from
 the first gangs of up to N GPUs in the trace, up to four gangs put in at their own arrival.
@@ -38,7 +39,7 @@ from scipy.stats import kendalltau
 
 from horus_airflow.backends import LocalBackend
 from horus_airflow.backends.ledger import LedgerReader, QueueEntry
-from horus_airflow.backends.scheduler import enqueue_demand, wait_for_booking
+from horus_airflow.backends.scheduler import enqueue_demand, rounds_after_release, wait_for_booking
 from horus_airflow.interference.pairs import read_pairs
 from horus_airflow.placement import Profile, load_profile
 from horus_airflow.settings import Settings
@@ -109,7 +110,7 @@ def replay(trace: Trace, cluster: Cluster, profile: Profile, truth, model, scale
     """One live replay, compared with the simulation under measured pairs and under sleeps' truth."""
     with tempfile.TemporaryDirectory() as home:
         os.environ["HORUS_HOME"], os.environ["HORUS_LOCAL_GPUS"] = home, f"{cluster.gpus_per_node}x{cluster.gpu_type}"
-        booked, live_start, wall = _live(trace, Settings.from_env(), profile, model, scale)
+        booked, live_start, wall = _live(trace, cluster, Settings.from_env(), profile, model, scale)
     arrival = {job.job_id: (job.arrival_s, n) for n, job in enumerate(trace.jobs)}
     first = min(j.arrival_s for j in trace.jobs)
     live_order = sorted(booked, key=lambda i: (booked[i], arrival[i]))
@@ -127,10 +128,10 @@ def replay(trace: Trace, cluster: Cluster, profile: Profile, truth, model, scale
     return rows
 
 
-def _live(trace: Trace, settings: Settings, profile: Profile, model, scale: float) -> tuple[dict[str, float], dict[str, float], float]:  # type: ignore[no-untyped-def]
+def _live(trace: Trace, cluster: Cluster, settings: Settings, profile: Profile, model, scale: float) -> tuple[dict[str, float], dict[str, float], float]:  # type: ignore[no-untyped-def]
     """When a round booked each job (the ledger's time) and when its `sleep` started, both in trace
     seconds, and the wall time the replay took. A job starts at its task's next look after the booking."""
-    demands = Demands("v100")
+    demands = Demands(cluster.gpu_types)  # what simulate() predicts for the same cluster
     first = min(j.arrival_s for j in trace.jobs)
     started: dict[str, float] = {}
     reservations: dict[str, str] = {}
@@ -145,6 +146,7 @@ def _live(trace: Trace, settings: Settings, profile: Profile, model, scale: floa
             reservations[job.job_id] = acquired.reservation.reservation_id
             subprocess.run(["sleep", f"{job.duration_s * scale:.3f}"], check=True)
             backend.release(acquired.reservation)
+            rounds_after_release(backend, lambda: model)  # as the operators' release (PlacementService.release)
         except BaseException as exc:  # reported after the join: a lost job would skew the table
             errors.append(exc)
 
