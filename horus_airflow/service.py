@@ -121,16 +121,18 @@ class PlacementService:
     def release(self, reservation: Reservation) -> bool:
         """Release a booking, then run scheduling rounds on the GPUs it freed
         (:func:`~horus_airflow.backends.scheduler.rounds_after_release`). True the first time."""
-        released = self._booking().release(reservation)
+        backend = self._booking()
+        released = backend.release(reservation)
         if released:
-            rounds_after_release(self._booking(), lambda: self.interference)
+            rounds_after_release(backend, lambda: self.interference)
         return released
 
     def release_owner(self, owner: str) -> int:
         """Release every booking the owner holds, then run rounds as :meth:`release` does."""
-        released = self._booking().release_owner(owner)
+        backend = self._booking()
+        released = backend.release_owner(owner)
         if released:
-            rounds_after_release(self._booking(), lambda: self.interference)
+            rounds_after_release(backend, lambda: self.interference)
         return released
 
     def _booking(self) -> Backend:

@@ -12,7 +12,7 @@ from horus_airflow.jobs import PRECISIONS, JobSpec, require_trainer
 from horus_airflow.names import DATASETS, MODELS, is_onnx, is_user_module, require_profile, unknown
 from horus_airflow.validation import in_range, whole
 
-QUEUE_PRIORITY_LIMIT = 1_000_000_000  # as Kubernetes bounds a user's PriorityClass values
+QUEUE_PRIORITY_LIMIT = 1_000_000_000  # Kubernetes' ceiling for a user's PriorityClass; the floor mirrors it
 
 
 def is_template(value: object) -> bool:

@@ -221,9 +221,9 @@ class QueueRow:
 
 
 def queue_rows(entries: list[QueueEntry], now: float) -> list[QueueRow]:
-    """The waiting entries numbered in the order every queue policy reads them: higher priority first,
-    then the oldest."""
-    ordered = sorted(entries, key=lambda e: (-e.priority, e.enqueued_at))
+    """The waiting entries numbered in the order every queue policy reads them (``Waiting.rank``: higher
+    priority first, then the oldest)."""
+    ordered = sorted(entries, key=lambda e: e.waiting(now).rank)
     return [QueueRow(i + 1, entry, now) for i, entry in enumerate(ordered)]
 
 
