@@ -13,6 +13,12 @@ fits in the queue policy's order. Two timings per profile:
   8,192 GPUs instead of this machine's). A backend keeps the state it last read and changes only the GPUs
   whose bookings differ, so its first read, which builds everything, is timed apart.
 
+Every round gets the interference model the operators pass: the learned model, fitted on the shipped
+Gavel pairs as ``make demo`` trains the champion, behind the service's memo
+(:data:`horus_airflow.service.INTERFERENCE_MEMO_LIMIT`), one memo per profile's run as a waiting task's
+trigger keeps one across its looks. Only ``horus-ml`` asks it anything (its interference score); the last
+row is its ledger round with the bare model, to show what the memo saves.
+
 The baseline in the same run is the same round for the ``exclusive`` profile (FIFO, one job per GPU).
 
 Python's full garbage collection (its oldest generation) walks every object of the process; with the
@@ -33,6 +39,7 @@ import random
 import statistics
 import tempfile
 import time
+from pathlib import Path
 from dataclasses import dataclass, field, replace
 from typing import Callable, TypeVar
 
@@ -41,13 +48,16 @@ from horus_airflow.backends.ledger import Booking
 from horus_airflow.backends.scheduler import ROUND_BOOKINGS, run_round
 from horus_airflow.features import extract_features
 from horus_airflow.features.gpus import gpu_spec
-from horus_airflow.interference import signature
+from horus_airflow.interference import InterferenceModel, LearnedInterference, Memoized, signature
+from horus_airflow.interference.pairs import read_pairs
 from horus_airflow.placement import ClusterState, GpuState, Resident, Waiting, load_profile
 from horus_airflow.placement.rounds import scheduling_round
 from horus_airflow.predictor import AnalyticPrior, Demand
+from horus_airflow.service import INTERFERENCE_MEMO_LIMIT
 from horus_airflow.settings import Settings
 
 GPU_TYPE = "a100-80gb"
+PAIRS = Path(__file__).resolve().parent.parent / "data" / "interference_seed" / "gavel_pairs.csv"
 _T = TypeVar("_T")
 _COLD_READS: list[float] = []
 WORKLOADS = (("resnet50", 64), ("resnet18", 128), ("bert_base", 32), ("gpt2_small", 16), ("mobilenet_v2", 64),
@@ -115,18 +125,19 @@ class _Timings:
         return result
 
 
-def _pure_rounds(profile_name: str, state: ClusterState, queue: list[Waiting], rounds: int, seed: int) -> _Timings:
+def _pure_rounds(profile_name: str, state: ClusterState, queue: list[Waiting], rounds: int, seed: int,
+                 interference: InterferenceModel) -> _Timings:
     profile, rng, timings = load_profile(profile_name), random.Random(seed), _Timings()
     for _ in range(rounds):
         freed = _freed(state, 16, rng)
         freed.arrays  # the backend builds the state's arrays when it reads the ledger: timed in the ledger round
-        result = timings.time(lambda: scheduling_round(queue, freed, profile, limit=ROUND_BOOKINGS))
+        result = timings.time(lambda: scheduling_round(queue, freed, profile, interference, limit=ROUND_BOOKINGS))
         timings.placed += len(result.chosen)
     return timings
 
 
 def _ledger_rounds(profile_name: str, state: ClusterState, templates: list[Demand], queued: int, rounds: int,
-                   seed: int) -> _Timings:
+                   seed: int, interference: InterferenceModel) -> _Timings:
     rng, timings = random.Random(seed), _Timings()
     with tempfile.TemporaryDirectory() as home:
         os.environ["HORUS_HOME"], os.environ["HORUS_LOCAL_GPUS"] = home, "1xa100-80gb"
@@ -147,7 +158,7 @@ def _ledger_rounds(profile_name: str, state: ClusterState, templates: list[Deman
         for _ in range(rounds):
             for gpu_id in rng.sample(sorted(held), 16):
                 backend.release(held.pop(gpu_id))
-            outcome = timings.time(lambda: run_round(backend))
+            outcome = timings.time(lambda: run_round(backend, interference))
             timings.placed += len(outcome.booked)
             for entry, reservation, _ in outcome.booked:
                 backend.take(entry.entry_id)
@@ -187,15 +198,19 @@ def main() -> None:
     print("| what | median ms | p95 ms | p95 vs exclusive | rounds with a full GC | p95 ms without them | "
           "jobs placed per round | p95 <= 50 ms |")
     print("|---|---:|---:|---:|---:|---:|---:|---|")
+    learned = LearnedInterference().fit(read_pairs(PAIRS))
     for kind in ("round", "ledger round"):
         baseline = None
         for profile in ("exclusive", "horus-paper", "horus-ml"):
+            memo = Memoized(learned, INTERFERENCE_MEMO_LIMIT)
             if kind == "round":
-                timings = _pure_rounds(profile, state, queue, args.rounds, 1)
+                timings = _pure_rounds(profile, state, queue, args.rounds, 1, memo)
             else:
-                timings = _ledger_rounds(profile, state, templates, args.queued, args.rounds, 1)
+                timings = _ledger_rounds(profile, state, templates, args.queued, args.rounds, 1, memo)
             print(_row(f"{kind}, {profile}", timings, baseline))
             baseline = baseline or _p95(timings.seconds)
+    bare = _ledger_rounds("horus-ml", state, templates, args.queued, args.rounds, 1, learned)
+    print(_row("ledger round, horus-ml, no memo", bare, baseline))
     print(f"\nA process's first read of the ledger (the placer's arrays built from scratch, untimed above): "
           f"{statistics.median(_COLD_READS) * 1e3:.0f} ms median of {len(_COLD_READS)}")
 

@@ -19,7 +19,7 @@ from horus_airflow.backends.ledger import QueueEntry, Reservation
 from horus_airflow.backends.scheduler import (Look, QueueingBackend, booked_acquisition, enqueue_demand, look_at,
                                               rounds_after_release, wait_in_queue)
 from horus_airflow.features.gpus import gpu_spec
-from horus_airflow.interference import InterferenceModel, signature
+from horus_airflow.interference import InterferenceModel, Memoized, signature
 from horus_airflow.jobs import JobSpec
 from horus_airflow.placement import ClusterState, Decision, Profile, load_profile, place
 from horus_airflow.predictor import Demand
@@ -28,6 +28,11 @@ from horus_airflow.settings import Settings
 
 if TYPE_CHECKING:
     from horus_airflow.features import GraphFeatures
+
+
+INTERFERENCE_MEMO_LIMIT = 20_000
+"""Mixes of jobs a service remembers the interference model's answer for (about 10 MB; a waiting task's
+trigger holds one service)."""
 
 
 @dataclass(frozen=True)
@@ -68,7 +73,10 @@ class PlacementService:
 
     @cached_property
     def _interference(self) -> tuple[InterferenceModel, str]:
-        return load_interference(self.settings)
+        """Memoized: a round asks about every shortlisted GPU for each job it places, and most GPUs hold
+        mixes it has seen (the learned model's boosters took most of a round's time without it)."""
+        model, label = load_interference(self.settings)
+        return Memoized(model, INTERFERENCE_MEMO_LIMIT), label
 
     @property
     def interference(self) -> InterferenceModel:

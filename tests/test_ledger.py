@@ -218,3 +218,30 @@ def test_a_long_lived_queue_read_sees_what_a_fresh_read_sees(tmp_path: Path) -> 
             long_lived.leave(rng.choice(waiting).entry_id, clock[0], "cleared")
         clock[0] += rng.uniform(0, 4)
         assert long_lived.queue(clock[0]) == SqliteLedger(path).queue(clock[0]), step
+
+
+def test_a_ledger_keeps_one_connection_per_thread_and_follows_a_file_that_replaced_its_own(tmp_path: Path) -> None:
+    """The ledger keeps its connection between calls (opening one per call checkpointed the WAL on every
+    close). SQLite refuses a connection used from another thread, and one opened on a file that was
+    since replaced would keep reading and writing the old one: neither may happen."""
+    path = tmp_path / "l.sqlite"
+    ledger = SqliteLedger(path)
+    ledger.reserve(0, "main", "w", [Booking("g/0", 50, 55, 100)], now=0, lease_s=60)
+    seen: list[object] = []
+
+    def other_thread() -> None:
+        try:
+            seen.append(sorted(ledger.active(now=1)[1]))
+            ledger.reserve(1, "thread", "w", [Booking("g/1", 50, 55, 100)], now=1, lease_s=60)
+        except Exception as exc:  # reported to the test's thread
+            seen.append(exc)
+
+    worker = threading.Thread(target=other_thread)
+    worker.start()
+    worker.join()
+    assert seen == [["g/0"]]
+    assert sorted(ledger.active(now=2)[1]) == ["g/0", "g/1"]
+    for leftover in tmp_path.glob("l.sqlite*"):  # the ledger deleted, WAL and all, and made again
+        leftover.unlink()
+    SqliteLedger(path).reserve(0, "other", "w", [Booking("g/7", 50, 55, 100)], now=0, lease_s=60)
+    assert sorted(ledger.active(now=3)[1]) == ["g/7"]

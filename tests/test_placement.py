@@ -421,3 +421,21 @@ def test_schedule_does_not_retry_a_demand_equal_to_one_that_did_not_fit() -> Non
     # the next round on the very same state (an arrival, nothing else changed) tries only the newcomer
     again = schedule(jobs, state, load_profile_with_queue("shortest-first"), unplaceable=failed.unplaceable)
     assert [d.job_id for d in again.tried] == ["small"]
+
+
+def test_the_shortlist_takes_the_cheapest_gpus_as_a_stable_sort_of_all_of_them_would() -> None:
+    """The placer picks its shortlist without sorting every GPU that passed the filters; ties (common:
+    idle GPUs cost the same) must still go in GPU order, or the simulator and live rounds would differ
+    from the decisions the tests and the journal were checked on."""
+    import numpy as np
+
+    from horus_airflow.placement.placer import _cheapest
+
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        size = int(rng.integers(1, 200))
+        total = rng.choice((0.0, 1.0, 2.5, 7.0), size=size) + rng.choice((0.0, 0.01), size=size, p=(0.8, 0.2))
+        indices = np.flatnonzero(rng.random(len(total)) < 0.7)
+        k = int(rng.integers(1, 80))
+        expected = indices[np.argsort(total[indices], kind="stable")][:k]
+        assert _cheapest(indices, total, k).tolist() == expected.tolist()

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sqlite3
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
@@ -282,8 +284,9 @@ class SqliteLedger:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._waiting: dict[str, tuple[tuple[object, ...], QueueEntry]] = {}  # the last queue read: by entry, its row and entry
+        self._opened = threading.local()  # each thread's connection: (process, ledger file's inode, connection)
         path.parent.mkdir(parents=True, exist_ok=True)
-        with closing(self._connect()) as conn:
+        with self._connection() as conn:
             conn.executescript("BEGIN IMMEDIATE;" + _SCHEMA + "COMMIT;")
             conn.execute("BEGIN IMMEDIATE")  # one process migrates; the others then see the columns
             _add_missing_columns(conn)
@@ -292,14 +295,14 @@ class SqliteLedger:
 
     def active(self, now: float) -> tuple[int, dict[str, list[Resident]]]:
         """The ledger version and the live residents of every GPU (expired leases do not count)."""
-        with closing(self._connect()) as conn:
+        with self._connection() as conn:
             return _active(conn, now)
 
     def bookings_since(self, change: int | None, now: float) -> BookedRows:
         """The ledger version and every booking row written after ``change`` (its change count from an
         earlier read), released or not; with no ``change``, or one this ledger never reached (the file
         was replaced), the live rows: what :class:`LiveBookings` needs to stay current cheaply."""
-        with closing(self._connect()) as conn:
+        with self._connection() as conn:
             conn.execute("BEGIN")
             version, changes = conn.execute("SELECT version, changes FROM ledger_version").fetchone()
             full = change is None or change > changes
@@ -338,7 +341,7 @@ class SqliteLedger:
 
     def queue(self, now: float) -> tuple[int, list[QueueEntry]]:
         """The ledger version and the entries waiting now (unbooked, not left, lease live), oldest first."""
-        with closing(self._connect()) as conn:
+        with self._connection() as conn:
             conn.execute("BEGIN")
             version = conn.execute("SELECT version FROM ledger_version").fetchone()[0]
             rows = conn.execute(_WAITING_BUT_DEMAND, (now,)).fetchall()  # a demand never changes: read each once
@@ -359,7 +362,7 @@ class SqliteLedger:
         return version, [entry for _, entry in self._waiting.values()]
 
     def queue_entry(self, entry_id: str) -> QueueEntry | None:
-        with closing(self._connect()) as conn:
+        with self._connection() as conn:
             row = conn.execute(f"SELECT {_QUEUE_COLUMNS} FROM queue WHERE entry_id = ?", (entry_id,)).fetchone()
         return _entry(row) if row else None
 
@@ -388,7 +391,7 @@ class SqliteLedger:
     def waits(self, now: float, since: float) -> dict[str, list[float]]:
         """Seconds each pool's entries queued since ``since`` waited: until booked, or until now for
         those still waiting (entries that gave up are left out)."""
-        with closing(self._connect()) as conn:
+        with self._connection() as conn:
             rows = conn.execute(
                 "SELECT q.pool, q.enqueued_at, r.created_at FROM queue q LEFT JOIN "
                 "(SELECT reservation_id, MIN(created_at) AS created_at FROM reservations GROUP BY reservation_id) r "
@@ -400,7 +403,7 @@ class SqliteLedger:
         return waits
 
     def reservation(self, reservation_id: str) -> Reservation | None:
-        with closing(self._connect()) as conn:
+        with self._connection() as conn:
             rows = conn.execute("SELECT job_id, owner, gpu_id, lease_expires_at FROM reservations WHERE reservation_id = ? "
                                 "ORDER BY rowid", (reservation_id,)).fetchall()
         if not rows:
@@ -488,19 +491,31 @@ class SqliteLedger:
             return added
 
     def crashed_pairs(self) -> frozenset[tuple[Signature, Signature]]:
-        with closing(self._connect()) as conn:
+        with self._connection() as conn:
             rows = conn.execute("SELECT signature_a, signature_b FROM crashed_pairs").fetchall()
         return frozenset((_signature(a), _signature(b)) for a, b in rows)
 
-    def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA busy_timeout=30000")
-        return conn
+    @contextmanager
+    def _connection(self) -> Iterator[sqlite3.Connection]:
+        """This thread's connection, opened once and kept. Opening one per call cost a round most of its
+        writes' time: closing the last connection to a WAL database checkpoints it. A connection is
+        never carried over a fork (SQLite forbids it) or onto a file that replaced the ledger (it would
+        keep writing to the old one), and a transaction an error left open is rolled back."""
+        opened: tuple[int, tuple[int, int] | None, sqlite3.Connection] | None = getattr(self._opened, "connection", None)
+        if opened is None or opened[:2] != (os.getpid(), _inode(self.path)):
+            conn = _connect(self.path)
+            opened = self._opened.connection = (os.getpid(), _inode(self.path), conn)
+        conn = opened[2]
+        try:
+            yield conn
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        with closing(self._connect()) as conn:
+        with self._connection() as conn:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn
@@ -586,6 +601,23 @@ class LedgerReader:
         conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=5.0, isolation_level=None)
         conn.execute("PRAGMA busy_timeout=5000")
         return conn
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, timeout=30.0, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA busy_timeout=30000")
+    return conn
+
+
+def _inode(path: Path) -> tuple[int, int] | None:
+    """Which file the path names now. An open connection keeps its file's inode in use, so a file that
+    replaced it has another."""
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return found.st_dev, found.st_ino
 
 
 def _active(conn: sqlite3.Connection, now: float) -> tuple[int, dict[str, list[Resident]]]:

@@ -57,16 +57,18 @@ def need_of(demand: Demand, state: ClusterState) -> Need:
     utilization and :data:`LOW_CONFIDENCE_MEMORY_FACTOR` times its memory."""
     gpus = state.arrays
     cautious = demand.confidence == "low"
-    table = np.full((len(gpus.types), 3), np.nan)
+    table = np.zeros((3, len(gpus.types)))  # a GPU type with no prediction: zeros, and not predicted
+    known = np.zeros(len(gpus.types), dtype=bool)
     for position, gpu_type in enumerate(gpus.types):
         found = demand.per_type.get(gpu_type)
         if found is not None:
-            table[position] = (found.util_p90 if cautious else found.util, found.util_p90,
-                               found.mem_mib * (LOW_CONFIDENCE_MEMORY_FACTOR if cautious else 1.0))
-    per_gpu = table[gpus.type_index] if len(state.gpus) else np.zeros((0, 3))
-    predicted = ~np.isnan(per_gpu[:, 0])
-    per_gpu = np.nan_to_num(per_gpu)
-    return Need(per_gpu[:, 0], per_gpu[:, 1], per_gpu[:, 2], predicted, demand.signature)
+            known[position] = True
+            table[:, position] = (found.util_p90 if cautious else found.util, found.util_p90,
+                                  found.mem_mib * (LOW_CONFIDENCE_MEMORY_FACTOR if cautious else 1.0))
+    if not len(state.gpus):
+        return Need(np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(0, dtype=bool), demand.signature)
+    util, util_p90, mem = table[:, gpus.type_index]
+    return Need(util, util_p90, mem, known[gpus.type_index], demand.signature)
 
 
 @dataclass(frozen=True)

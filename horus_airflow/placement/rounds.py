@@ -8,6 +8,7 @@ and the cluster, and books what the round returns in one compare-and-swap.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, replace
 from typing import Hashable, Mapping, Sequence
 
@@ -59,6 +60,7 @@ def scheduling_round(
     round books in one transaction): the next round, on the state with these bookings and skips, carries
     on where this one stopped."""
     queue = {w.demand.job_id: w for w in waiting}
+    order = sorted((w.rank, job_id) for job_id, w in queue.items())  # the queue's order, for the skips
     chosen: list[Chosen] = []
     reasons: dict[str, str] = {}
     unplaceable: frozenset[Hashable] = frozenset()
@@ -79,9 +81,10 @@ def scheduling_round(
             break
         placed = done.job.demand.job_id
         del queue[placed]
-        for job_id, other in queue.items():
-            if other.rank < done.job.rank:  # ahead of it in the queue's order, passed over
-                queue[job_id] = replace(other, skips=other.skips + 1)
+        position = bisect.bisect_left(order, (done.job.rank, placed))
+        del order[position]
+        for _, job_id in order[:position]:  # ahead of it in the queue's order, passed over
+            queue[job_id] = replace(queue[job_id], skips=queue[job_id].skips + 1)
         chosen.append(Chosen(done.job, done.decision))
         state = _with_booking(state, done.job, done.decision)
         unplaceable = frozenset()
@@ -97,7 +100,7 @@ def stopped_at_limit(limit: int) -> str:
 
 
 def _turn(job: Waiting, unplaceable_shapes: set[Hashable], profile: Profile) -> str:
-    if demand_shape(job.demand) in unplaceable_shapes:
+    if unplaceable_shapes and demand_shape(job.demand) in unplaceable_shapes:
         return "a queued job with the same demand does not fit now"
     return f"waits its turn: the {profile.queue.name} queue policy tries other jobs first"
 
