@@ -195,18 +195,24 @@ def test_a_write_waiting_for_the_lock_is_stamped_when_it_holds_it_so_times_follo
 
 
 def test_a_long_lived_queue_read_sees_what_a_fresh_read_sees(tmp_path: Path) -> None:
-    """Enqueues, rounds that book some entries and change others' reasons and skips, entries leaving and
-    leases running out, at random: after each, a ledger that keeps the entries it read last (and reads
-    each demand once) returns what a new ledger reading every row returns."""
+    """Enqueues (some by an owner whose earlier entry they replace), rounds that book some entries and
+    change others' reasons and skips, booked entries taken, renewals, entries leaving and leases running
+    out, at random: after each, a ledger that keeps the entries it read last (and then reads only the
+    rows written since) returns what a new ledger reading every row returns."""
     path, clock, rng = tmp_path / "l.sqlite", [0.0], random.Random(11)
-    long_lived, enqueued = SqliteLedger(path), 0
-    for step in range(200):
+    long_lived, enqueued, booked_ids = SqliteLedger(path), 0, []
+    for step in range(300):
         choice = rng.random()
         waiting = long_lived.queue(clock[0])[1]
-        if choice < 0.4 or not waiting:
+        if choice < 0.35 or not waiting:
             demand = Demand(f"j{enqueued}", rng.choice((1, 2)), {"a100-80gb": GpuDemand(rng.uniform(10, 90), 95, 1000)})
-            long_lived.enqueue(f"w{enqueued}", demand, "horus-paper", "default", clock[0], rng.choice((5, 60, 3600)))
+            owner = rng.choice(waiting).owner if waiting and rng.random() < 0.2 else f"w{enqueued}"
+            long_lived.enqueue(owner, demand, "horus-paper", "default", clock[0], rng.choice((5, 60, 3600)))
             enqueued += 1
+        elif choice < 0.45:
+            long_lived.renew_entry(rng.choice(waiting).entry_id, clock[0], rng.choice((5, 60)))
+        elif choice < 0.5 and booked_ids:
+            long_lived.take(booked_ids.pop(rng.randrange(len(booked_ids))), clock[0])
         elif choice < 0.8:
             version = long_lived.queue(clock[0])[0]
             booked = [RoundBooking(e.entry_id, (Booking(f"g/{step}", 50, 55, 100),), DecisionNote("p", "r", "{}"))
@@ -214,6 +220,7 @@ def test_a_long_lived_queue_read_sees_what_a_fresh_read_sees(tmp_path: Path) -> 
             others = [e for e in waiting if e.entry_id not in {b.entry_id for b in booked}]
             held = {e.entry_id: rng.choice(("waits its turn", "no feasible GPU")) for e in others}
             long_lived.book_round(version, f"r{step}", booked, held, {e: rng.randrange(4) for e in held}, clock[0], 60)
+            booked_ids += [b.entry_id for b in booked]
         else:
             long_lived.leave(rng.choice(waiting).entry_id, clock[0], "cleared")
         clock[0] += rng.uniform(0, 4)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import os
 import sqlite3
 import threading
@@ -81,7 +82,8 @@ CREATE TABLE IF NOT EXISTS queue (
     reservation_id TEXT,
     round TEXT,
     left_at REAL,
-    priority INTEGER NOT NULL DEFAULT 0
+    priority INTEGER NOT NULL DEFAULT 0,
+    changed INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS queue_waiting ON queue (left_at, reservation_id, enqueued_at);
 CREATE INDEX IF NOT EXISTS queue_reservation ON queue (reservation_id);
@@ -277,13 +279,18 @@ _QUEUE_COLUMNS = ("entry_id, owner, demand, profile, pool, enqueued_at, lease_ex
 _WAITING_WHERE = "WHERE left_at IS NULL AND reservation_id IS NULL AND lease_expires_at > ? ORDER BY enqueued_at, entry_id"
 _WAITING = f"SELECT {_QUEUE_COLUMNS} FROM queue {_WAITING_WHERE}"
 _WAITING_BUT_DEMAND = f"SELECT {_QUEUE_COLUMNS.replace(' demand,', '')} FROM queue {_WAITING_WHERE}"
+_CHANGED_BUT_DEMAND = f"SELECT {_QUEUE_COLUMNS.replace(' demand,', '')} FROM queue WHERE changed > ?"
+_RESERVATION, _LEFT = 9, 11  # positions in those rows
+_QUEUE_ORDER = operator.attrgetter("enqueued_at", "entry_id")
+_EXPIRED_KEPT_S = 3600.0  # how long a long-lived read keeps an entry whose lease ran out
 _IN_CHUNK = 500  # ids per IN (...) query, under SQLite's bound on parameters
 
 
 class SqliteLedger:
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._waiting: dict[str, tuple[tuple[object, ...], QueueEntry]] = {}  # the last queue read: by entry, its row and entry
+        self._waiting: dict[str, QueueEntry] = {}  # the entries queued and not left or booked, as last read
+        self._queue_change: int | None = None  # the change count of that read
         self._opened = threading.local()  # each thread's connection: (process, ledger file's inode, connection)
         path.parent.mkdir(parents=True, exist_ok=True)
         with self._connection() as conn:
@@ -291,6 +298,7 @@ class SqliteLedger:
             conn.execute("BEGIN IMMEDIATE")  # one process migrates; the others then see the columns
             _add_missing_columns(conn)
             conn.execute("CREATE INDEX IF NOT EXISTS reservations_changed ON reservations (changed)")
+            conn.execute("CREATE INDEX IF NOT EXISTS queue_changed ON queue (changed)")
             conn.execute("COMMIT")
 
     def active(self, now: float) -> tuple[int, dict[str, list[Resident]]]:
@@ -331,35 +339,44 @@ class SqliteLedger:
             now = _at(now)
             entry = QueueEntry(uuid.uuid4().hex, owner, demand, profile, pool, now, now + lease_s, expected_runtime_s,
                                priority=priority)
-            conn.execute("UPDATE queue SET left_at = ?, reason = 'replaced by a later try' "
-                         "WHERE owner = ? AND left_at IS NULL AND reservation_id IS NULL", (now, owner))
-            conn.execute(f"INSERT INTO queue (job_id, {_QUEUE_COLUMNS}) VALUES ({', '.join('?' * 15)})",
-                         (demand.job_id, entry.entry_id, owner, json.dumps(demand.to_dict()), profile, pool, now,
+            change = _next_change(conn)
+            conn.execute("UPDATE queue SET left_at = ?, reason = 'replaced by a later try', changed = ? "
+                         "WHERE owner = ? AND left_at IS NULL AND reservation_id IS NULL", (now, change, owner))
+            conn.execute(f"INSERT INTO queue (job_id, changed, {_QUEUE_COLUMNS}) VALUES ({', '.join('?' * 16)})",
+                         (demand.job_id, change, entry.entry_id, owner, json.dumps(demand.to_dict()), profile, pool, now,
                           entry.lease_expires_at, expected_runtime_s, 0, "", None, None, None, priority))
             conn.execute("UPDATE ledger_version SET version = version + 1")
         return entry
 
     def queue(self, now: float) -> tuple[int, list[QueueEntry]]:
-        """The ledger version and the entries waiting now (unbooked, not left, lease live), oldest first."""
+        """The ledger version and the entries waiting now (unbooked, not left, lease live), oldest first.
+        The ledger keeps the entries it read and, after the first read, reads only the rows written
+        since (every queue write stamps its rows with the change count), and each demand once."""
         with self._connection() as conn:
             conn.execute("BEGIN")
-            version = conn.execute("SELECT version FROM ledger_version").fetchone()[0]
-            rows = conn.execute(_WAITING_BUT_DEMAND, (now,)).fetchall()  # a demand never changes: read each once
-            demands = {entry_id: entry.demand for entry_id, (_, entry) in self._waiting.items()}
-            unseen = [str(row[0]) for row in rows if str(row[0]) not in demands]
+            version, changes = conn.execute("SELECT version, changes FROM ledger_version").fetchone()
+            full = self._queue_change is None or self._queue_change > changes  # a count never reached: a new file
+            rows = conn.execute(_WAITING_BUT_DEMAND if full else _CHANGED_BUT_DEMAND,
+                                (now,) if full else (self._queue_change,)).fetchall()
+            if full:
+                self._waiting = {}
+            waiting = [row for row in rows if row[_RESERVATION] is None and row[_LEFT] is None]
+            unseen = [str(row[0]) for row in waiting if str(row[0]) not in self._waiting]
+            demands = {entry_id: entry.demand for entry_id, entry in self._waiting.items()}
             for start in range(0, len(unseen), _IN_CHUNK):
                 chunk = unseen[start:start + _IN_CHUNK]
                 for entry_id, demand in conn.execute(
                         f"SELECT entry_id, demand FROM queue WHERE entry_id IN ({', '.join('?' * len(chunk))})", chunk):
                     demands[str(entry_id)] = Demand.from_dict(json.loads(str(demand)))
             conn.execute("COMMIT")
-        last, self._waiting = self._waiting, {}  # only what still waits stays
+        self._queue_change = int(changes)
         for row in rows:
-            entry_id = str(row[0])
-            seen = last.get(entry_id)
-            entry = seen[1] if seen is not None and seen[0] == row else _queue_entry(row, demands[entry_id])
-            self._waiting[entry_id] = (row, entry)
-        return version, [entry for _, entry in self._waiting.values()]
+            self._waiting.pop(str(row[0]), None)
+        self._waiting.update((str(row[0]), _queue_entry(row, demands[str(row[0])])) for row in waiting)
+        for entry_id in [e.entry_id for e in self._waiting.values() if e.lease_expires_at < now - _EXPIRED_KEPT_S]:
+            del self._waiting[entry_id]  # long dead: no write can bring it back (a renewal needs a live lease)
+        live = [e for e in self._waiting.values() if e.lease_expires_at > now]
+        return int(version), sorted(live, key=_QUEUE_ORDER)
 
     def queue_entry(self, entry_id: str) -> QueueEntry | None:
         with self._connection() as conn:
@@ -374,16 +391,17 @@ class SqliteLedger:
             now = _at(now)
             _check_version(conn, expected_version)
             reservations = []
+            change = _next_change(conn)
             for chosen in bookings:
                 entry = _entry(conn.execute(f"SELECT {_QUEUE_COLUMNS} FROM queue WHERE entry_id = ?",
                                             (chosen.entry_id,)).fetchone())
                 reservation = _insert_reservation(conn, entry.demand.job_id, entry.owner, list(chosen.bookings), now,
                                                   now + lease_s, chosen.note)
-                conn.execute("UPDATE queue SET reservation_id = ?, round = ?, reason = ? WHERE entry_id = ?",
-                             (reservation.reservation_id, round_id, chosen.note.reason, chosen.entry_id))
+                conn.execute("UPDATE queue SET reservation_id = ?, round = ?, reason = ?, changed = ? WHERE entry_id = ?",
+                             (reservation.reservation_id, round_id, chosen.note.reason, change, chosen.entry_id))
                 reservations.append(reservation)
-            conn.executemany("UPDATE queue SET reason = ?, skips = ? WHERE entry_id = ?",
-                             [(reason, skips.get(entry_id, 0), entry_id) for entry_id, reason in held.items()])
+            conn.executemany("UPDATE queue SET reason = ?, skips = ?, changed = ? WHERE entry_id = ?",
+                             [(reason, skips.get(entry_id, 0), change, entry_id) for entry_id, reason in held.items()])
             if reservations:
                 conn.execute("UPDATE ledger_version SET version = version + 1")
         return reservations
@@ -414,15 +432,17 @@ class SqliteLedger:
         """Keep a waiting entry alive; False if it was booked, left or had expired."""
         with self._write() as conn:
             now = _at(now)
-            cursor = conn.execute("UPDATE queue SET lease_expires_at = ? WHERE entry_id = ? AND left_at IS NULL "
-                                  "AND reservation_id IS NULL AND lease_expires_at > ?", (now + lease_s, entry_id, now))
+            cursor = conn.execute("UPDATE queue SET lease_expires_at = ?, changed = ? WHERE entry_id = ? AND left_at IS NULL "
+                                  "AND reservation_id IS NULL AND lease_expires_at > ?",
+                                  (now + lease_s, _next_change(conn), entry_id, now))
             return cursor.rowcount > 0
 
     def take(self, entry_id: str, now: Now) -> None:
         """The entry's task has its booking: it leaves the queue (idempotent)."""
         with self._write() as conn:
             now = _at(now)
-            conn.execute("UPDATE queue SET left_at = ? WHERE entry_id = ? AND left_at IS NULL", (now, entry_id))
+            conn.execute("UPDATE queue SET left_at = ?, changed = ? WHERE entry_id = ? AND left_at IS NULL",
+                         (now, _next_change(conn), entry_id))
 
     def leave(self, entry_id: str, now: Now, reason: str) -> bool:
         """The entry's task gives up (killed, cleared, timed out): it leaves the queue, and a booking a
@@ -433,7 +453,8 @@ class SqliteLedger:
                                (entry_id,)).fetchone()
             if row is None:
                 return False
-            conn.execute("UPDATE queue SET left_at = ?, reason = ? WHERE entry_id = ?", (now, reason, entry_id))
+            conn.execute("UPDATE queue SET left_at = ?, reason = ?, changed = ? WHERE entry_id = ?",
+                         (now, reason, _next_change(conn), entry_id))
             if row[0] is not None:
                 conn.execute("UPDATE reservations SET released_at = ?, changed = ? WHERE reservation_id = ? "
                              "AND released_at IS NULL", (now, _next_change(conn), row[0]))
@@ -637,14 +658,16 @@ def _add_missing_columns(conn: sqlite3.Connection) -> None:
     for table, column, kind in (("reservations", "signature", "TEXT NOT NULL DEFAULT ''"),
                                 ("reservations", "changed", "INTEGER NOT NULL DEFAULT 0"),
                                 ("queue", "priority", "INTEGER NOT NULL DEFAULT 0"),
+                                ("queue", "changed", "INTEGER NOT NULL DEFAULT 0"),
                                 ("ledger_version", "changes", "INTEGER NOT NULL DEFAULT 0")):
         if column not in {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}:
             conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
 
 
 def _next_change(conn: sqlite3.Connection) -> int:
-    """Count one more write to the reservations, for the rows this write stamps: readers then read only
-    the rows stamped after their last read (:meth:`SqliteLedger.bookings_since`)."""
+    """Count one more write to the reservations or the queue, for the rows this write stamps: readers
+    then read only the rows stamped after their last read (:meth:`SqliteLedger.bookings_since`,
+    :meth:`SqliteLedger.queue`)."""
     conn.execute("UPDATE ledger_version SET changes = changes + 1")
     return int(conn.execute("SELECT changes FROM ledger_version").fetchone()[0])
 
