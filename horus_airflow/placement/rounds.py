@@ -90,19 +90,19 @@ def scheduling_round(
         unplaceable = frozenset()
     stopped = stopped_at_limit(limit) if more else ""
     shapes = {key[0] for key in unplaceable}  # keys: (demand shape, hold tried under)
-    held = tuple(Held(job, reasons.get(job_id) or stopped or _turn(job, shapes, profile)) for job_id, job in queue.items())
+    turn = f"waits its turn: the {profile.queue.name} queue policy tries other jobs first"
+    held = tuple(Held(job, reasons.get(job_id) or stopped
+                      or (_SAME_DEMAND if shapes and demand_shape(job.demand) in shapes else turn))
+                 for job_id, job in queue.items())
     return RoundResult(tuple(chosen), held, state, more)
+
+
+_SAME_DEMAND = "a queued job with the same demand does not fit now"
 
 
 def stopped_at_limit(limit: int) -> str:
     """Why a job waits that a round stopped before reaching."""
     return f"the round stopped at its limit of {limit} bookings; the next round goes on"
-
-
-def _turn(job: Waiting, unplaceable_shapes: set[Hashable], profile: Profile) -> str:
-    if unplaceable_shapes and demand_shape(job.demand) in unplaceable_shapes:
-        return "a queued job with the same demand does not fit now"
-    return f"waits its turn: the {profile.queue.name} queue policy tries other jobs first"
 
 
 def _with_booking(state: ClusterState, job: Waiting, decision: Decision) -> ClusterState:
