@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
+import os
 import random
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from contextlib import closing
@@ -252,3 +256,43 @@ def test_a_ledger_keeps_one_connection_per_thread_and_follows_a_file_that_replac
         leftover.unlink()
     SqliteLedger(path).reserve(0, "other", "w", [Booking("g/7", 50, 55, 100)], now=0, lease_s=60)
     assert sorted(ledger.active(now=3)[1]) == ["g/7"]
+
+
+def _process_locking_the_shared_memory(ledger_path: Path) -> int:
+    """The pid of a process with a POSIX lock on SQLite's "a connection is open" byte of the ledger's
+    shared-memory file (byte 128 of ``-shm``), as another process sees it; 0 when none holds one."""
+    probe = ("import fcntl, os, struct, sys\n"
+             "with open(sys.argv[1], 'rb+') as f:\n"
+             "    got = fcntl.fcntl(f, fcntl.F_GETLK, struct.pack('hhqqi', fcntl.F_WRLCK, os.SEEK_SET, 128, 1, 0))\n"
+             "kind, _, _, _, pid = struct.unpack('hhqqi', got)\n"
+             "print(0 if kind == fcntl.F_UNLCK else pid)\n")
+    found = subprocess.run([sys.executable, "-c", probe, f"{ledger_path}-shm"], capture_output=True, text=True, check=True)
+    return int(found.stdout)
+
+
+def test_a_forked_process_opens_its_own_connection_and_keeps_the_database_open_after_its_parent_closes(tmp_path: Path) -> None:
+    """A child that started with its parent's kept connection believed it held the parent's locks: once
+    the parent closed its last connection, SQLite deleted the WAL and shared memory under the child."""
+    path = tmp_path / "l.sqlite"
+    ledger = SqliteLedger(path)
+    ledger.reserve(0, "parent", "w", [Booking("g/0", 50, 55, 100)], now=0, lease_s=60)
+    (from_child, to_parent), (from_parent, to_child) = os.pipe(), os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child reports through the pipe
+        try:
+            ledger.reserve(1, "child", "w", [Booking("g/1", 50, 55, 100)], now=1, lease_s=60)
+            os.write(to_parent, b"1")
+            os.read(from_parent, 1)  # the parent has looked
+        finally:
+            os._exit(0)
+    os.close(to_parent)
+    os.close(from_parent)
+    assert os.read(from_child, 1) == b"1", "the child could not write to the ledger"
+    assert sorted(ledger.active(now=2)[1]) == ["g/0", "g/1"]
+    del ledger
+    gc.collect()  # the parent's connection closes
+    try:
+        assert _process_locking_the_shared_memory(path) == child
+    finally:
+        os.write(to_child, b"1")
+        os.waitpid(child, 0)

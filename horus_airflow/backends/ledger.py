@@ -16,6 +16,7 @@ import os
 import sqlite3
 import threading
 import uuid
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import asdict, dataclass, replace
@@ -278,10 +279,46 @@ _QUEUE_COLUMNS = ("entry_id, owner, demand, profile, pool, enqueued_at, lease_ex
                   "reason, reservation_id, round, left_at, priority")
 _WAITING_WHERE = "WHERE left_at IS NULL AND reservation_id IS NULL AND lease_expires_at > ? ORDER BY enqueued_at, entry_id"
 _WAITING = f"SELECT {_QUEUE_COLUMNS} FROM queue {_WAITING_WHERE}"
-_WAITING_BUT_DEMAND = f"SELECT {_QUEUE_COLUMNS.replace(' demand,', '')} FROM queue {_WAITING_WHERE}"
-_CHANGED_BUT_DEMAND = f"SELECT {_QUEUE_COLUMNS.replace(' demand,', '')} FROM queue WHERE changed > ?"
-_RESERVATION, _LEFT = 9, 11  # positions in those rows
+_BUT_DEMAND = _QUEUE_COLUMNS.replace(" demand,", "")  # a demand never changes: a long-lived read reads each once
+_WAITING_BUT_DEMAND = f"SELECT {_BUT_DEMAND} FROM queue {_WAITING_WHERE}"
+_CHANGED_BUT_DEMAND = f"SELECT {_BUT_DEMAND} FROM queue WHERE changed > ?"
+_RESERVATION, _LEFT = (_BUT_DEMAND.split(", ").index(column) for column in ("reservation_id", "left_at"))
 _QUEUE_ORDER = operator.attrgetter("enqueued_at", "entry_id")
+_INHERITED: list[sqlite3.Connection] = []
+"""Connections a process got from its parent without the fork hook below, kept so this process never
+closes them: closing one would drop every POSIX lock this process holds on the ledger's files, its new
+connection's included."""
+
+
+@dataclass(eq=False)
+class _Kept:
+    """A thread's connection to a ledger file, kept between calls."""
+
+    conn: sqlite3.Connection
+    pid: int
+    inode: tuple[int, int] | None
+    in_use: int = 0  # calls of the owning thread inside it now
+    closed: bool = False
+
+
+_KEPT: weakref.WeakSet[_Kept] = weakref.WeakSet()
+_KEPT_LOCK = threading.Lock()
+
+
+def _close_idle_before_fork() -> None:
+    """A child must not start with SQLite's state for a connection of its parent: it would believe it holds
+    the parent's locks, take none of its own, and the parent's last close would delete the WAL under it.
+    Connections in use at the fork stay (the child sets them aside); the others are reopened when next used."""
+    _KEPT_LOCK.acquire()
+    for kept in list(_KEPT):
+        if not kept.in_use and not kept.closed:
+            kept.conn.close()
+            kept.closed = True
+
+
+os.register_at_fork(before=_close_idle_before_fork, after_in_parent=_KEPT_LOCK.release,
+                    after_in_child=_KEPT_LOCK.release)
+
 _EXPIRED_KEPT_S = 3600.0  # how long a long-lived read keeps an entry whose lease ran out
 _IN_CHUNK = 500  # ids per IN (...) query, under SQLite's bound on parameters
 
@@ -291,7 +328,7 @@ class SqliteLedger:
         self.path = path
         self._waiting: dict[str, QueueEntry] = {}  # the entries queued and not left or booked, as last read
         self._queue_change: int | None = None  # the change count of that read
-        self._opened = threading.local()  # each thread's connection: (process, ledger file's inode, connection)
+        self._opened = threading.local()  # each thread's _Kept connection
         path.parent.mkdir(parents=True, exist_ok=True)
         with self._connection() as conn:
             conn.executescript("BEGIN IMMEDIATE;" + _SCHEMA + "COMMIT;")
@@ -361,8 +398,8 @@ class SqliteLedger:
             if full:
                 self._waiting = {}
             waiting = [row for row in rows if row[_RESERVATION] is None and row[_LEFT] is None]
-            unseen = [str(row[0]) for row in waiting if str(row[0]) not in self._waiting]
-            demands = {entry_id: entry.demand for entry_id, entry in self._waiting.items()}
+            demands = {str(row[0]): self._waiting[str(row[0])].demand for row in waiting if str(row[0]) in self._waiting}
+            unseen = [str(row[0]) for row in waiting if str(row[0]) not in demands]
             for start in range(0, len(unseen), _IN_CHUNK):
                 chunk = unseen[start:start + _IN_CHUNK]
                 for entry_id, demand in conn.execute(
@@ -370,7 +407,7 @@ class SqliteLedger:
                     demands[str(entry_id)] = Demand.from_dict(json.loads(str(demand)))
             conn.execute("COMMIT")
         self._queue_change = int(changes)
-        for row in rows:
+        for row in rows:  # booked or left: out; still waiting: as written now
             self._waiting.pop(str(row[0]), None)
         self._waiting.update((str(row[0]), _queue_entry(row, demands[str(row[0])])) for row in waiting)
         for entry_id in [e.entry_id for e in self._waiting.values() if e.lease_expires_at < now - _EXPIRED_KEPT_S]:
@@ -518,21 +555,33 @@ class SqliteLedger:
 
     @contextmanager
     def _connection(self) -> Iterator[sqlite3.Connection]:
-        """This thread's connection, opened once and kept. Opening one per call cost a round most of its
-        writes' time: closing the last connection to a WAL database checkpoints it. A connection is
-        never carried over a fork (SQLite forbids it) or onto a file that replaced the ledger (it would
-        keep writing to the old one), and a transaction an error left open is rolled back."""
-        opened: tuple[int, tuple[int, int] | None, sqlite3.Connection] | None = getattr(self._opened, "connection", None)
-        if opened is None or opened[:2] != (os.getpid(), _inode(self.path)):
-            conn = _connect(self.path)
-            opened = self._opened.connection = (os.getpid(), _inode(self.path), conn)
-        conn = opened[2]
+        """This thread's connection, opened once and kept: closing the last connection to a WAL database
+        checkpoints it, and a round's booking took twice as long with a connection per call. A connection is
+        never used across a fork (SQLite forbids it: see ``_close_idle_before_fork``) or on a file that
+        replaced the ledger (it would keep writing to the old one), and a transaction an error left open
+        is rolled back."""
+        kept: _Kept | None = getattr(self._opened, "kept", None)
+        where = os.getpid(), _inode(self.path)
+        if kept is None or (kept.pid, kept.inode) != where:
+            if kept is not None and kept.pid != where[0]:
+                _INHERITED.append(kept.conn)
+            elif kept is not None:
+                kept.conn.close()
+            kept = self._opened.kept = _Kept(_connect(self.path), *where)
+            with _KEPT_LOCK:
+                _KEPT.add(kept)
+        with _KEPT_LOCK:  # in use, a fork leaves it open
+            reopen, kept.in_use = kept.closed, kept.in_use + 1
         try:
-            yield conn
+            if reopen:  # a fork closed it
+                kept.conn, kept.closed = _connect(self.path), False
+            yield kept.conn
         except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
+            if not kept.closed and kept.conn.in_transaction:
+                kept.conn.execute("ROLLBACK")
             raise
+        finally:
+            kept.in_use -= 1
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -625,7 +674,7 @@ class LedgerReader:
 
 
 def _connect(path: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(path, timeout=30.0, isolation_level=None)
+    conn = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)  # a fork closes it
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA busy_timeout=30000")
     return conn

@@ -82,9 +82,7 @@ class _Bounded:
     max_wait_s: float
 
     def starving(self, waiting: Sequence[Waiting]) -> Waiting | None:
-        skips, wait = self.max_skips, self.max_wait_s
-        hungry = ([w for w in waiting if w.skips >= skips] if wait == math.inf
-                  else [w for w in waiting if w.skips >= skips or w.waited_s >= wait])
+        hungry = [w for w in waiting if w.skips >= self.max_skips or w.waited_s >= self.max_wait_s]
         return min(hungry, key=_QUEUE_ORDER) if hungry else None
 
 

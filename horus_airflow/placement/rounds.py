@@ -8,7 +8,6 @@ and the cluster, and books what the round returns in one compare-and-swap.
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass, replace
 from typing import Hashable, Mapping, Sequence
 
@@ -17,6 +16,9 @@ from horus_airflow.placement.placer import Decision, demand_shape, schedule
 from horus_airflow.placement.profiles import Profile
 from horus_airflow.placement.queue import Waiting
 from horus_airflow.placement.state import ClusterState, Resident
+
+
+_SAME_DEMAND = "a queued job with the same demand does not fit now"
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,6 @@ def scheduling_round(
     round books in one transaction): the next round, on the state with these bookings and skips, carries
     on where this one stopped."""
     queue = {w.demand.job_id: w for w in waiting}
-    order = sorted((w.rank, job_id) for job_id, w in queue.items())  # the queue's order, for the skips
     chosen: list[Chosen] = []
     reasons: dict[str, str] = {}
     unplaceable: frozenset[Hashable] = frozenset()
@@ -81,10 +82,9 @@ def scheduling_round(
             break
         placed = done.job.demand.job_id
         del queue[placed]
-        position = bisect.bisect_left(order, (done.job.rank, placed))
-        del order[position]
-        for _, job_id in order[:position]:  # ahead of it in the queue's order, passed over
-            queue[job_id] = replace(queue[job_id], skips=queue[job_id].skips + 1)
+        for job_id, other in queue.items():
+            if other.rank < done.job.rank:  # ahead of it in the queue's order, passed over
+                queue[job_id] = replace(other, skips=other.skips + 1)
         chosen.append(Chosen(done.job, done.decision))
         state = _with_booking(state, done.job, done.decision)
         unplaceable = frozenset()
@@ -95,9 +95,6 @@ def scheduling_round(
                       or (_SAME_DEMAND if shapes and demand_shape(job.demand) in shapes else turn))
                  for job_id, job in queue.items())
     return RoundResult(tuple(chosen), held, state, more)
-
-
-_SAME_DEMAND = "a queued job with the same demand does not fit now"
 
 
 def stopped_at_limit(limit: int) -> str:
